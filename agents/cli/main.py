@@ -1,0 +1,175 @@
+"""The ``swarm`` command: parse arguments, call the library, turn errors into messages and exit codes.
+
+Exit codes: 0 success; 1 the work ran but did not succeed (e.g. a plan that
+did not complete); 2 bad usage or bad input (the message names it and the way out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agents import logs
+from agents.core.events import EventRefused, decode_event
+from agents.core.fold import fold
+from agents.render import plan_json, plan_markdown, render_tree, summary
+
+
+class UsageError(Exception):
+    """Bad arguments or input; the message says what is wrong and what to do."""
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{number} must be at least 1")
+    return number
+
+
+def _seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{number} seconds cannot be negative")
+    return number
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write a file so that a crash leaves either the old content or the new, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def _write_json(path: Path, record: dict[str, Any]) -> None:
+    write_atomically(path, (json.dumps(record, indent=2, ensure_ascii=False) + "\n").encode())
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from agents import llm
+    from agents.simulate import SimulationConfig, simulate
+
+    if args.llm != "scripted":
+        raise UsageError(
+            f"swarm simulate runs every role in one process on virtual time and supports only "
+            f"--llm scripted (got {args.llm!r}); use 'swarm plan' for real models"
+        )
+    config = SimulationConfig(
+        goal=args.goal, decomposers=args.decomposers, scorers=args.scorers,
+        executors=args.executors, quorum=args.quorum, max_depth=args.max_depth,
+        claim_lease_ms=int(args.claim_lease * 1000), seed=args.seed,
+    )
+    try:
+        config.validate()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    backend = {"seed": args.seed, "latency": args.latency}
+    result = simulate(
+        config, lambda i: llm.create(args.llm, seed=backend["seed"] * 1000 + i, latency=backend["latency"])
+    )
+    tree = result.tree
+    if args.events:
+        write_atomically(Path(args.events), b"".join(e.to_wire() + b"\n" for e in result.events))
+    extra = {
+        "reorganisations": result.reorganisations,
+        "virtual_seconds": result.virtual_ms / 1000,
+        "model_calls": result.model_calls,
+        "members": [{"backend": "scripted", "model": "scripted-v1"}],
+        "seed": args.seed,
+    }
+    if args.json:
+        _write_json(Path(args.json), plan_json(tree, extra=extra))
+    if args.md:
+        write_atomically(Path(args.md), plan_markdown(tree).encode())
+    print(render_tree(tree))
+    print(summary(tree, reorganisations=result.reorganisations))
+    print(f"simulated {result.virtual_ms / 1000:.1f} s of virtual time, {result.model_calls} model calls")
+    return 0 if tree.complete else 1
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    events = []
+    refused = 0
+    for name in args.files:
+        path = Path(name)
+        try:
+            lines = path.read_bytes().splitlines()
+        except OSError as exc:
+            raise UsageError(f"cannot read event file {name}: {exc.strerror}") from None
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                events.append(decode_event(line))
+            except EventRefused as exc:
+                refused += 1
+                print(f"{name}:{number}: {exc}", file=sys.stderr)
+    tree = fold(events)
+    if args.json:
+        _write_json(Path(args.json), plan_json(tree, refused=refused))
+    print(render_tree(tree))
+    print(summary(tree, refused=refused))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="swarm",
+        description="A leaderless swarm of LLM agents that plans a goal as a replicated tree.",
+    )
+    parser.add_argument("--log-json", action="store_true", help="log JSON lines (default when stderr is not a terminal)")
+    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    simulate = sub.add_parser("simulate", help="run every role in one process, no network, deterministic for a seed")
+    simulate.add_argument("goal", help='the goal to plan, e.g. "Plan a two-week trip to Japan"')
+    simulate.add_argument("--llm", default="scripted", help="model backend (only 'scripted' here)")
+    simulate.add_argument("--decomposers", type=_positive, default=3)
+    simulate.add_argument("--scorers", type=_positive, default=3)
+    simulate.add_argument("--executors", type=_positive, default=3)
+    simulate.add_argument("--quorum", type=_positive, default=2, help="distinct approving scorers a split needs")
+    simulate.add_argument("--max-depth", type=_positive, default=3)
+    simulate.add_argument("--claim-lease", type=_seconds, default=30.0, help="claim lease in seconds")
+    simulate.add_argument("--seed", type=int, default=0)
+    simulate.add_argument("--latency", type=_seconds, default=1.0, help="mean virtual seconds per model call")
+    simulate.add_argument("--events", metavar="OUT.jsonl", help="write the signed event log here")
+    simulate.add_argument("--json", metavar="PLAN.json", help="write the plan as JSON here")
+    simulate.add_argument("--md", metavar="PLAN.md", help="write the plan as Markdown here")
+    simulate.set_defaults(run=cmd_simulate)
+
+    replay = sub.add_parser("replay", help="fold event files (any order, duplicates allowed) and print the tree")
+    replay.add_argument("files", nargs="+", metavar="FILE", help="JSON-lines event files")
+    replay.add_argument("--json", metavar="PLAN.json", help="write the plan as JSON here")
+    replay.set_defaults(run=cmd_replay)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logs.configure(json_lines=True if args.log_json else None, level=args.log_level)
+    try:
+        return int(args.run(args))
+    except UsageError as exc:
+        print(f"swarm {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

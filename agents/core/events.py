@@ -1,0 +1,287 @@
+"""Signed events: the only thing the swarm replicates.
+
+Every event is an envelope around one body (goal, proposal, vote, claim, renew,
+result, failure). The envelope names its author by libp2p peer id, the role the
+author acts in, the author's sequence number and the id of the author's previous
+event (a per-author hash chain, as in Secure Scuttlebutt), and a hybrid logical
+timestamp.
+
+``id`` is the sha256 of the canonical bytes of everything except ``id`` and
+``sig``; ``sig`` is the author's ed25519 signature over those same bytes.
+Neither is ever trusted from the wire: ``decode_event`` recomputes the id from
+the parsed values and checks the signature against the key inside the peer id.
+
+Which role may author which kind is fixed here (``AUTHOR_ROLE``): a vote by a
+decomposer is refused on decode, before anything else sees it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from agents.core.canonical import canonical_bytes, sha256_hex
+from agents.core.clock import Timestamp
+from agents.core.identity import BadPeerIdError, Identity, public_key_of, verify
+
+PROTOCOL_VERSION = 1
+MAX_EVENT_BYTES = 32 * 1024
+_SIGNING_DOMAIN = b"swarm-plan/event/v1\n"
+
+Role = Literal["client", "decomposer", "scorer", "executor", "observer"]
+ROLES: tuple[Role, ...] = ("client", "decomposer", "scorer", "executor", "observer")
+
+Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+PeerIdText = Annotated[str, StringConstraints(pattern=r"^12D3KooW[1-9A-HJ-NP-Za-km-z]{44}$")]
+Score = Literal[1, 2, 3, 4, 5]
+
+
+def _text(min_length: int, max_length: int) -> Any:
+    return Annotated[str, StringConstraints(min_length=min_length, max_length=max_length)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+
+
+class GoalBody(_Strict):
+    """A goal to plan, with the acceptance settings every member applies to its tree."""
+
+    kind: Literal["goal"] = "goal"
+    text: _text(1, 2000)
+    quorum: Annotated[int, Field(ge=1, le=64)]
+    max_depth: Annotated[int, Field(ge=1, le=6)]
+    claim_lease_ms: Annotated[int, Field(ge=100, le=3_600_000)]
+
+
+class Subgoal(_Strict):
+    title: _text(1, 120)
+    description: _text(0, 1000) = ""
+    executable: bool
+
+
+class ProposalBody(_Strict):
+    """A decomposer's proposed split of one node into 2 to 6 subgoals."""
+
+    kind: Literal["proposal"] = "proposal"
+    node: Hex64
+    strategy: _text(1, 40)
+    subgoals: Annotated[tuple[Subgoal, ...], Field(min_length=2, max_length=6)]
+
+
+class VoteBody(_Strict):
+    """A scorer's rubric scores for one proposal, and whether it approves it."""
+
+    kind: Literal["vote"] = "vote"
+    proposal: Hex64
+    clarity: Score
+    non_overlap: Score
+    coverage: Score
+    approve: bool
+    reason: _text(0, 500) = ""
+
+
+class ClaimBody(_Strict):
+    """An executor's claim on a leaf. The earliest live claim wins (see ``agents.core.claims``)."""
+
+    kind: Literal["claim"] = "claim"
+    leaf: Hex64
+
+
+class RenewBody(_Strict):
+    """Extends the lease of the author's own claim, if sent before the lease ran out."""
+
+    kind: Literal["renew"] = "renew"
+    claim: Hex64
+
+
+class ResultBody(_Strict):
+    """The output of a leaf, produced under the author's claim."""
+
+    kind: Literal["result"] = "result"
+    leaf: Hex64
+    claim: Hex64
+    output: _text(1, 8000)
+
+
+class FailureBody(_Strict):
+    """An executor gave up on a leaf: its claim ends here and the leaf is free again."""
+
+    kind: Literal["failure"] = "failure"
+    leaf: Hex64
+    claim: Hex64
+    reason: _text(1, 500)
+
+
+Body = Annotated[
+    GoalBody | ProposalBody | VoteBody | ClaimBody | RenewBody | ResultBody | FailureBody,
+    Field(discriminator="kind"),
+]
+Kind = Literal["goal", "proposal", "vote", "claim", "renew", "result", "failure"]
+
+AUTHOR_ROLE: dict[str, Role] = {
+    "goal": "client",
+    "proposal": "decomposer",
+    "vote": "scorer",
+    "claim": "executor",
+    "renew": "executor",
+    "result": "executor",
+    "failure": "executor",
+}
+
+
+class Event(_Strict):
+    """A signed, content-addressed event. Construct with ``sign_event`` or ``decode_event``."""
+
+    v: Literal[1]
+    author: PeerIdText
+    role: Role
+    seq: Annotated[int, Field(ge=1)]
+    prev: Hex64 | None
+    hlc: tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0, lt=2**31)]]
+    body: Body
+    id: Hex64
+    sig: Annotated[str, StringConstraints(min_length=88, max_length=88)]
+
+    @property
+    def kind(self) -> Kind:
+        return self.body.kind
+
+    @property
+    def ts(self) -> Timestamp:
+        return Timestamp(*self.hlc)
+
+    @property
+    def order_key(self) -> tuple[int, int, str, str]:
+        """The total order all members agree on: timestamp, then author, then id."""
+        return (self.hlc[0], self.hlc[1], self.author, self.id)
+
+    def to_wire(self) -> bytes:
+        """Canonical JSON bytes of the whole event, as sent, stored and written to files."""
+        return canonical_bytes(self.model_dump(mode="json"))
+
+    def short(self) -> str:
+        return f"{self.kind} {self.id[:10]} by {self.author[-6:]}#{self.seq}"
+
+
+class EventRefused(ValueError):
+    """An event that breaks a rule. ``rule`` is a short stable name; ``event`` says which one."""
+
+    def __init__(self, rule: str, detail: str, event: str = "(unparsed)") -> None:
+        self.rule = rule
+        self.detail = detail
+        self.event = event
+        super().__init__(f"event {event} refused ({rule}): {detail}")
+
+
+def _signing_bytes(unsigned: dict[str, Any]) -> bytes:
+    return _SIGNING_DOMAIN + canonical_bytes(unsigned)
+
+
+def sign_event(
+    identity: Identity,
+    role: Role,
+    seq: int,
+    prev: str | None,
+    hlc: Timestamp,
+    body: GoalBody | ProposalBody | VoteBody | ClaimBody | RenewBody | ResultBody | FailureBody,
+) -> Event:
+    """Build, hash and sign an event by ``identity``."""
+    unsigned = {
+        "v": PROTOCOL_VERSION,
+        "author": identity.peer_id,
+        "role": role,
+        "seq": seq,
+        "prev": prev,
+        "hlc": [hlc.ms, hlc.counter],
+        "body": body.model_dump(mode="json"),
+    }
+    message = _signing_bytes(unsigned)
+    signature = base64.b64encode(identity.sign(message)).decode("ascii")
+    event = Event.model_validate(
+        {**unsigned, "hlc": (hlc.ms, hlc.counter), "body": body, "id": sha256_hex(message), "sig": signature},
+        strict=False,
+    )
+    _check_envelope(event)
+    return event
+
+
+def _describe(raw: Any) -> str:
+    if isinstance(raw, dict):
+        claimed = raw.get("id")
+        if isinstance(claimed, str):
+            return claimed[:16]
+        author, seq = raw.get("author"), raw.get("seq")
+        if isinstance(author, str):
+            return f"{author[-8:]}#{seq}"
+    return "(unparsed)"
+
+
+def _schema_detail(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors()[:3]:
+        where = ".".join(str(p) for p in item["loc"]) or "(event)"
+        parts.append(f"{where}: {item['msg']}")
+    more = error.error_count() - len(parts)
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _check_envelope(event: Event) -> None:
+    ref = event.id[:16]
+    expected = AUTHOR_ROLE[event.kind]
+    if event.role != expected:
+        raise EventRefused(
+            "role", f"a {event.kind} must be authored by a {expected}, not a {event.role}", ref
+        )
+    if (event.seq == 1) != (event.prev is None):
+        raise EventRefused(
+            "chain", "prev must be null exactly when seq is 1 (the first event of a feed)", ref
+        )
+
+
+def decode_event(raw: bytes, *, verify_signature: bool = True) -> Event:
+    """Parse, validate and authenticate one event from its wire bytes.
+
+    Checks, in order: size, JSON, schema (strict: no extra fields, no coercion),
+    author role against kind, the chain fields, the peer id, the recomputed id,
+    and the signature. Raises EventRefused naming the rule that failed.
+    ``verify_signature=False`` is only for events read back from our own store,
+    which were verified before they were written.
+    """
+    if len(raw) > MAX_EVENT_BYTES:
+        raise EventRefused("size", f"{len(raw)} bytes, at most {MAX_EVENT_BYTES} allowed")
+    try:
+        event = Event.model_validate_json(raw)
+    except ValidationError as exc:
+        try:
+            ref = _describe(json.loads(raw))
+        except (json.JSONDecodeError, UnicodeDecodeError) as json_error:
+            raise EventRefused("json", f"not JSON: {json_error}") from None
+        raise EventRefused("schema", _schema_detail(exc), ref) from None
+    ref = event.id[:16]
+    _check_envelope(event)
+    try:
+        public_key_of(event.author)
+    except BadPeerIdError as exc:
+        raise EventRefused("author", str(exc), ref) from None
+    unsigned = event.model_dump(mode="json", exclude={"id", "sig"})
+    message = _signing_bytes(unsigned)
+    recomputed = sha256_hex(message)
+    if recomputed != event.id:
+        raise EventRefused(
+            "id", f"claims id {event.id[:16]} but its content hashes to {recomputed[:16]}", ref
+        )
+    if verify_signature:
+        try:
+            signature = base64.b64decode(event.sig, validate=True)
+        except (binascii.Error, ValueError):
+            raise EventRefused("signature", "sig is not base64", ref) from None
+        if not verify(event.author, message, signature):
+            raise EventRefused(
+                "signature", f"signature does not verify against author {event.author}", ref
+            )
+    return event

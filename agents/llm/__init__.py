@@ -1,0 +1,70 @@
+"""Language-model backends behind one interface (``Backend``), chosen by name.
+
+Backends register a factory under a name with ``register``; the CLI and the
+roles only ever call ``create(name, ...)``. The built-in ones use the same door.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agents.llm.base import (
+    Backend,
+    DecomposeRequest,
+    ExecuteRequest,
+    LLMError,
+    Scores,
+    ScoreRequest,
+    Split,
+    SubgoalDraft,
+)
+
+_FACTORIES: dict[str, Callable[..., Backend]] = {}
+
+
+class UnknownBackendError(LLMError):
+    pass
+
+
+def register(name: str, factory: Callable[..., Backend]) -> None:
+    _FACTORIES[name] = factory
+
+
+def available() -> tuple[str, ...]:
+    return tuple(sorted(_FACTORIES))
+
+
+def create(name: str, **options: Any) -> Backend:
+    """Build the backend called ``name``; options it does not know are an error."""
+    try:
+        factory = _FACTORIES[name]
+    except KeyError:
+        raise UnknownBackendError(
+            f"unknown LLM backend {name!r}; choose one of: {', '.join(available())}"
+        ) from None
+    return factory(**options)
+
+
+def _scripted(seed: int = 0, latency: float = 0.0) -> Backend:
+    from agents.llm.scripted import ScriptedBackend
+
+    return ScriptedBackend(seed=seed, latency=latency)
+
+
+register("scripted", _scripted)
+
+__all__ = [
+    "Backend",
+    "DecomposeRequest",
+    "ExecuteRequest",
+    "LLMError",
+    "ScoreRequest",
+    "Scores",
+    "Split",
+    "SubgoalDraft",
+    "UnknownBackendError",
+    "available",
+    "create",
+    "register",
+]

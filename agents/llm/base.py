@@ -1,0 +1,81 @@
+"""What a role asks of a language model, and what it gets back.
+
+Three questions, typed: split this node, score this split, do this leaf. A
+backend answers them however it likes (the scripted stand-in from templates,
+llama.cpp from a local model); the roles never see prompts or tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class SubgoalDraft:
+    title: str
+    description: str
+    executable: bool
+
+
+@dataclass(frozen=True)
+class Split:
+    strategy: str
+    subgoals: tuple[SubgoalDraft, ...]
+
+
+@dataclass(frozen=True)
+class DecomposeRequest:
+    goal: str
+    chain: tuple[str, ...]  # titles from the goal down to the node to split
+    description: str
+    depth: int
+    max_depth: int
+    strategy: str  # the strategy this decomposer prefers
+    taken: tuple[str, ...]  # strategies already proposed for this node
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    goal: str
+    chain: tuple[str, ...]
+    strategy: str
+    subgoals: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Scores:
+    clarity: int
+    non_overlap: int
+    coverage: int
+    approve: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class ExecuteRequest:
+    goal: str
+    chain: tuple[str, ...]  # from the goal down to the leaf
+    description: str
+
+
+class LLMError(RuntimeError):
+    """A backend could not answer (model missing, call failed, output unusable)."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A language model as the roles see it. Implementations must be safe to call from a worker thread."""
+
+    name: str  # backend name, e.g. "scripted", "llama"
+    model: str  # model name as recorded in plan.json
+
+    def decompose(self, request: DecomposeRequest) -> Split: ...
+
+    def score(self, request: ScoreRequest) -> Scores: ...
+
+    def execute(self, request: ExecuteRequest) -> str: ...
+
+    def latency_s(self, kind: str, key: str) -> float:
+        """Seconds this call should appear to take (0 for real backends, which simply take them)."""
+        ...

@@ -1,0 +1,25 @@
+"""The roles as small policies: ``decide(tree, me, now_ms) -> intents``, no I/O.
+
+Each policy looks at the folded tree and the member's own clock reading and
+says what to do next; drivers carry the intents out. Policies read nothing but
+their arguments, so the same code runs in the simulation and in a networked member.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from agents.core.tree import PlanTree
+from agents.roles import decomposer, executor, observer, scorer
+from agents.roles.intents import Claim, Execute, Intent, Me, Propose, Renew, Vote
+
+Policy = Callable[[PlanTree, Me, int], list[Intent]]
+
+POLICIES: dict[str, Policy] = {
+    "decomposer": decomposer.decide,
+    "scorer": scorer.decide,
+    "executor": executor.decide,
+    "observer": observer.decide,
+}
+
+__all__ = ["POLICIES", "Claim", "Execute", "Intent", "Me", "Policy", "Propose", "Renew", "Vote"]

@@ -1,0 +1,164 @@
+"""A member's event set on disk: SQLite in WAL mode, one row per event, inserts idempotent.
+
+Durability contract: when ``add`` returns, the event is committed with
+``synchronous=FULL``; a process killed with SIGKILL at any moment afterwards
+restarts with it (``tests/agents/test_store_durability.py`` proves it by killing
+a real writer). Events are stored as their canonical wire bytes and were
+verified before they were written; reading them back re-checks the ids.
+
+Schema changes are numbered migrations applied in order and recorded in
+``PRAGMA user_version``; a store newer than this code is refused, not touched.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from agents.core.events import Event, EventRefused, decode_event
+
+DB_NAME = "events.sqlite3"
+
+_MIGRATIONS: tuple[str, ...] = (
+    # 1: the event set, and local counters kept beside it (never part of the digest)
+    """
+    CREATE TABLE events (
+        id TEXT PRIMARY KEY,
+        author TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        hlc_ms INTEGER NOT NULL,
+        hlc_counter INTEGER NOT NULL,
+        raw BLOB NOT NULL
+    );
+    CREATE INDEX events_by_author ON events (author, seq);
+    CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+    """,
+)
+
+
+class StoreError(RuntimeError):
+    """The store cannot be opened or used; the message says why and what to do."""
+
+
+class EventStore:
+    """The events one member holds. Open with ``EventStore.open(data_dir)``."""
+
+    def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
+        self._db = connection
+        self.path = path
+
+    @classmethod
+    def open(cls, data_dir: str | Path) -> EventStore:
+        directory = Path(data_dir)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create data directory {directory}: {exc.strerror}") from None
+        path = directory / DB_NAME
+        try:
+            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA busy_timeout=5000")
+            store = cls(db, path)
+            store._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"{path} is not a usable event store ({exc}); move it aside to start afresh, "
+                "the swarm will sync the events back from its peers"
+            ) from None
+        return store
+
+    def _migrate(self) -> None:
+        (version,) = self._db.execute("PRAGMA user_version").fetchone()
+        if version > len(_MIGRATIONS):
+            raise StoreError(
+                f"{self.path} has schema version {version}, newer than this program knows "
+                f"({len(_MIGRATIONS)}); upgrade swarm-plan to open it"
+            )
+        for number in range(version, len(_MIGRATIONS)):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _MIGRATIONS[number].split(";"):
+                    if statement.strip():
+                        self._db.execute(statement)
+                self._db.execute(f"PRAGMA user_version={number + 1}")
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> EventStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def add(self, event: Event) -> bool:
+        """Store one event; True if it was new. Durable when this returns."""
+        return self.add_many([event]) == 1
+
+    def add_many(self, events: Iterable[Event]) -> int:
+        """Store events in one transaction; returns how many were new."""
+        rows = [
+            (e.id, e.author, e.seq, e.kind, e.hlc[0], e.hlc[1], e.to_wire()) for e in events
+        ]
+        if not rows:
+            return 0
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            before = self._db.total_changes
+            self._db.executemany(
+                "INSERT OR IGNORE INTO events (id, author, seq, kind, hlc_ms, hlc_counter, raw)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            added = self._db.total_changes - before
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        return added
+
+    def has(self, event_id: str) -> bool:
+        return self._db.execute("SELECT 1 FROM events WHERE id = ?", (event_id,)).fetchone() is not None
+
+    def count(self) -> int:
+        (n,) = self._db.execute("SELECT COUNT(*) FROM events").fetchone()
+        return int(n)
+
+    def _decode(self, rows: Iterable[tuple[bytes]]) -> Iterator[Event]:
+        for (raw,) in rows:
+            try:
+                yield decode_event(bytes(raw), verify_signature=False)
+            except EventRefused as exc:
+                raise StoreError(
+                    f"{self.path} holds a damaged event ({exc}); move the file aside and "
+                    "let the member sync its events back from its peers"
+                ) from None
+
+    def events(self) -> list[Event]:
+        """Every stored event (in storage order, which means nothing: fold is order-free)."""
+        return list(self._decode(self._db.execute("SELECT raw FROM events ORDER BY rowid")))
+
+    def events_by(self, author: str, after_seq: int = 0) -> list[Event]:
+        rows = self._db.execute(
+            "SELECT raw FROM events WHERE author = ? AND seq > ? ORDER BY seq", (author, after_seq)
+        )
+        return list(self._decode(rows))
+
+    def bump(self, counter: str, by: int = 1) -> None:
+        """Add to a local counter (refused events and the like): facts about this member only."""
+        self._db.execute(
+            "INSERT INTO counters (name, value) VALUES (?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+            (counter, by),
+        )
+
+    def counters(self) -> dict[str, int]:
+        return {name: value for name, value in self._db.execute("SELECT name, value FROM counters")}
