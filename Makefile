@@ -6,7 +6,7 @@ GOAL ?= Plan a two-week trip to Japan
 OUT ?= out
 SEED ?= 0
 
-.PHONY: install test test-fast bench lint swarm clean
+.PHONY: install test test-fast bench lint swarm wheels clean
 
 install: $(VENV)/.installed
 
@@ -38,3 +38,7 @@ swarm: install
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis
+
+# Wheels for the image (Dockerfile): everything pinned, built on the host.
+wheels: install
+	$(BIN)/pip wheel -q -w wheelhouse -r requirements.lock .

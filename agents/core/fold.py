@@ -168,10 +168,11 @@ def fold(events: Iterable[Event]) -> PlanTree:
                 nodes[node.id] = node
                 continue
             winner_id = best[1]
-            for proposal_id, view in list(proposals.items()):
-                if view.node == node.id and view.quorum_at is not None:
-                    status = "accepted" if proposal_id == winner_id else "superseded"
-                    proposals[proposal_id] = replace(view, status=status)
+            for proposal in index.proposals[node.id]:
+                view = proposals[proposal.id]
+                if view.quorum_at is not None:
+                    status = "accepted" if proposal.id == winner_id else "superseded"
+                    proposals[proposal.id] = replace(view, status=status)
             winner = index.proposal_by_id[winner_id]
             assert isinstance(winner.body, ProposalBody)
             created = Timestamp(best[0][0], best[0][1])

@@ -14,8 +14,8 @@ from agents.llm.base import (
     DecomposeRequest,
     ExecuteRequest,
     LLMError,
-    Scores,
     ScoreRequest,
+    Scores,
     Split,
     SubgoalDraft,
 )

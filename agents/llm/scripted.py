@@ -21,8 +21,8 @@ import random
 from agents.llm.base import (
     DecomposeRequest,
     ExecuteRequest,
-    Scores,
     ScoreRequest,
+    Scores,
     Split,
     SubgoalDraft,
 )

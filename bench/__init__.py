@@ -1,0 +1,1 @@
+"""Benchmarks (``make bench``): figures and ratios against a baseline measured in the same run."""

@@ -1,0 +1,86 @@
+"""``make bench``: fold throughput, and the time to replay a 100k-event log.
+
+Baseline: ``json.loads`` over the same lines, measured in the same run, so the
+ratios mean something on a noisy machine. Every figure is the median of
+``REPEATS`` runs.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from agents.core.events import decode_event
+from agents.core.fold import fold
+from agents.llm.scripted import ScriptedBackend
+from agents.simulate import SimulationConfig, simulate
+from bench.synthetic import plan_log
+
+REPEATS = 3
+
+
+def median_seconds(action: Callable[[], object], repeats: int = REPEATS) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    print(f"# swarm-plan benchmarks (median of {REPEATS})\n", flush=True)
+    start = time.perf_counter()
+    events = list(plan_log(goals=5))
+    sign_s = time.perf_counter() - start
+    lines = [e.to_wire() for e in events]
+    print(f"generated {len(events)} signed events in {sign_s:.1f} s ({len(events) / sign_s:,.0f} events/s signed)\n")
+
+    print("## fold")
+    print("| events | fold (s) | events/s |")
+    print("|---:|---:|---:|")
+    for size in (1_000, 10_000, len(events)):
+        subset = events[:size]
+        seconds = median_seconds(lambda subset=subset: fold(subset))
+        print(f"| {size:,} | {seconds:.3f} | {size / seconds:,.0f} |", flush=True)
+
+    print("\n## replay of the full log (decode + verify every signature + fold)")
+    baseline = median_seconds(lambda: [json.loads(line) for line in lines])
+    decode = median_seconds(lambda: [decode_event(line) for line in lines])
+    decoded = [decode_event(line) for line in lines]
+    folded = median_seconds(lambda: fold(decoded))
+    total = decode + folded
+    print("| step | seconds | x json.loads baseline |")
+    print("|---|---:|---:|")
+    print(f"| json.loads only (baseline) | {baseline:.2f} | 1.0 |")
+    print(f"| decode + verify | {decode:.2f} | {decode / baseline:.1f} |")
+    print(f"| fold | {folded:.2f} | {folded / baseline:.1f} |")
+    print(f"| replay total | {total:.2f} | {total / baseline:.1f} |", flush=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "events.jsonl"
+        log.write_bytes(b"\n".join(lines) + b"\n")
+        start = time.perf_counter()
+        run = subprocess.run([sys.executable, "-m", "agents.cli.main", "replay", str(log)],
+                             capture_output=True, text=True, check=True)
+        cli = time.perf_counter() - start
+        print(f"\n`swarm replay` of the {len(lines):,}-event log, end to end: {cli:.1f} s "
+              f"({run.stdout.strip().splitlines()[-1][:80]}...)")
+
+    print("\n## in-process simulation (scripted model, 3/3/3, quorum 2)")
+    results = []
+    seconds = median_seconds(lambda: results.append(simulate(
+        SimulationConfig(goal="Plan a two-week trip to Japan", seed=len(results)),
+        lambda i: ScriptedBackend(seed=i, latency=1.0))))
+    print(f"{len(results[-1].events)} events per plan, {seconds * 1000:.0f} ms per simulated plan "
+          f"({60 / seconds:,.0f} plans/min)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""The ``swarm`` command as a user types it: a real subprocess, real files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+GOAL = "Plan a two-week trip to Japan"
+
+
+def swarm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agents.cli.main", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sim")
+    run = swarm("simulate", GOAL, "--llm", "scripted", "--seed", "4", "--events", str(out / "e.jsonl"),
+                "--json", str(out / "plan.json"), "--md", str(out / "plan.md"))
+    assert run.returncode == 0, run.stderr
+    return out, run
+
+
+def test_simulate_prints_the_tree_and_writes_the_plan_contract(simulated) -> None:
+    out, run = simulated
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["goal"] == GOAL and plan["complete"] is True and plan["quorum"] == 2
+    assert plan["digest"] in run.stdout and "complete" in run.stdout
+    for node in plan["nodes"]:
+        assert {"id", "parent", "title", "status", "result", "executor"} <= node.keys()
+        if node["leaf"]:
+            assert node["status"] == "done" and node["result"] and node["executor"]
+    for proposal in plan["proposals"]:
+        assert {"id", "node", "author", "status", "approvals"} <= proposal.keys()
+    assert plan["refused"] == 0
+    assert (out / "plan.md").read_text().startswith(f"# {GOAL}")
+
+
+def test_replay_in_any_order_with_duplicates_gives_the_same_digest(simulated, tmp_path) -> None:
+    out, _ = simulated
+    lines = (out / "e.jsonl").read_bytes().splitlines()
+    (tmp_path / "a.jsonl").write_bytes(b"\n".join(reversed(lines)) + b"\n")
+    (tmp_path / "b.jsonl").write_bytes(b"\n".join(lines[::2]) + b"\n")
+    run = swarm("replay", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--json", str(tmp_path / "p.json"))
+    assert run.returncode == 0, run.stderr
+    digest = json.loads((out / "plan.json").read_text())["digest"]
+    assert json.loads((tmp_path / "p.json").read_text())["digest"] == digest
+
+
+def test_replay_names_each_refused_line_and_keeps_the_rest(simulated, tmp_path) -> None:
+    out, _ = simulated
+    lines = (out / "e.jsonl").read_bytes().splitlines()
+    forged = json.loads(lines[3])
+    forged["body"]["approve" if "approve" in forged["body"] else "strategy"] = "tampered"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"\n".join([*lines, json.dumps(forged).encode(), b"garbage"]) + b"\n")
+    run = swarm("replay", str(bad), "--json", str(tmp_path / "p.json"))
+    assert run.returncode == 0
+    assert f"{bad}:{len(lines) + 1}: event" in run.stderr and "refused (" in run.stderr
+    assert f"{bad}:{len(lines) + 2}: event (unparsed) refused (json)" in run.stderr
+    plan = json.loads((tmp_path / "p.json").read_text())
+    assert plan["refused"] == 2 and plan["complete"] is True
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["simulate", GOAL, "--quorum", "4"], "quorum 4 can never be reached by 3 scorer"),
+        (["simulate", GOAL, "--llm", "gpt"], "supports only --llm scripted"),
+        (["simulate", GOAL, "--scorers", "0"], "must be at least 1"),
+        (["replay", "/nonexistent/file.jsonl"], "cannot read event file /nonexistent/file.jsonl"),
+    ],
+)
+def test_bad_usage_exits_2_and_says_what_to_do(args, message) -> None:
+    run = swarm(*args)
+    assert run.returncode == 2
+    assert message in run.stderr
+
+
+def test_the_installed_entry_point_runs() -> None:
+    swarm_bin = Path(sys.executable).parent / "swarm"
+    run = subprocess.run([str(swarm_bin), "--help"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and "simulate" in run.stdout and "replay" in run.stdout

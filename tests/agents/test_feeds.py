@@ -1,0 +1,70 @@
+"""Per-author feeds: gaps wait, forks and role or clock breaks cut, the same way in any order."""
+
+from __future__ import annotations
+
+import itertools
+
+from agents.core.clock import Timestamp
+from agents.core.events import ProposalBody, Subgoal, sign_event
+from agents.core.feeds import build_feeds
+from agents.core.identity import Identity
+
+DEC = Identity(b"d" * 32)
+
+
+def _body(title: str) -> ProposalBody:
+    return ProposalBody(node="ab" * 32, strategy="s", subgoals=(
+        Subgoal(title=title, executable=True), Subgoal(title=title + "2", executable=True)))
+
+
+def _chain(n: int, start_ms: int = 1, title: str = "t", role="decomposer"):
+    events, prev = [], None
+    for seq in range(1, n + 1):
+        e = sign_event(DEC, role, seq, prev, Timestamp(start_ms + seq, 0), _body(f"{title}{seq}"))
+        events.append(e)
+        prev = e.id
+    return events
+
+
+def test_a_gap_holds_the_rest_of_the_feed_until_it_is_filled() -> None:
+    a, b, c = _chain(3)
+    feeds = build_feeds([a, c])
+    assert feeds.accepted == (a,) and feeds.pending == (c,)
+    assert feeds.heads == {DEC.peer_id: (1, a.id)}
+    filled = build_feeds([c, b, a])
+    assert set(filled.accepted) == {a, b, c} and not filled.pending
+
+
+def test_a_fork_cuts_both_branches_whichever_was_seen_first() -> None:
+    a, b, c = _chain(3)
+    other_b = sign_event(DEC, "decomposer", 2, a.id, Timestamp(99, 0), _body("other"))
+    results = {
+        (build_feeds(order).accepted, build_feeds(order).cut)
+        for order in itertools.permutations([a, b, c, other_b])
+    }
+    assert len(results) == 1
+    accepted, cut = results.pop()
+    assert accepted == (a,)
+    assert set(cut) == {b, c, other_b}
+    assert build_feeds([a, b, other_b]).equivocators == {DEC.peer_id}
+
+
+def test_an_event_citing_a_different_predecessor_is_proof_of_a_fork() -> None:
+    a, b, _ = _chain(3)
+    hidden_b = sign_event(DEC, "decomposer", 2, a.id, Timestamp(50, 0), _body("hidden"))
+    c_on_hidden = sign_event(DEC, "decomposer", 3, hidden_b.id, Timestamp(60, 0), _body("c"))
+    feeds = build_feeds([a, b, c_on_hidden])  # never saw hidden_b itself
+    assert feeds.accepted == (a,)
+    assert [i.rule for i in feeds.issues] == ["fork"]
+
+
+def test_a_feed_cannot_change_role_or_go_back_in_time() -> None:
+    first = sign_event(DEC, "decomposer", 1, None, Timestamp(10, 0), _body("x"))
+    earlier = sign_event(DEC, "decomposer", 2, first.id, Timestamp(10, 0), _body("y"))
+    feeds = build_feeds([first, earlier])
+    assert feeds.accepted == (first,) and [i.rule for i in feeds.issues] == ["clock"]
+    from agents.core.events import ClaimBody
+
+    switch = sign_event(DEC, "executor", 2, first.id, Timestamp(11, 0), ClaimBody(leaf="cd" * 32))
+    feeds = build_feeds([first, switch])
+    assert feeds.accepted == (first,) and [i.rule for i in feeds.issues] == ["role"]

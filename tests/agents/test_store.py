@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from agents.core.fold import fold
+from agents.llm.scripted import ScriptedBackend
+from agents.simulate import SimulationConfig, simulate
+from agents.store import EventStore, StoreError
+
+
+@pytest.fixture(scope="module")
+def plan_events():
+    result = simulate(SimulationConfig(goal="Move house", seed=5), lambda i: ScriptedBackend(seed=i, latency=1.0))
+    return list(result.events)
+
+
+def test_inserts_are_idempotent_and_a_reopened_store_folds_the_same_tree(tmp_path, plan_events) -> None:
+    with EventStore.open(tmp_path) as store:
+        assert store.add_many(plan_events) == len(plan_events)
+        assert store.add_many(reversed(plan_events)) == 0
+        assert not store.add(plan_events[0])
+    with EventStore.open(tmp_path) as store:
+        assert store.count() == len(plan_events)
+        assert fold(store.events()).digest == fold(plan_events).digest
+        author = plan_events[1].author
+        assert [e.seq for e in store.events_by(author)] == sorted(e.seq for e in plan_events if e.author == author)
+
+
+def test_local_counters_live_beside_the_events(tmp_path) -> None:
+    with EventStore.open(tmp_path) as store:
+        store.bump("refused")
+        store.bump("refused", 2)
+    with EventStore.open(tmp_path) as store:
+        assert store.counters() == {"refused": 3}
+
+
+def test_a_store_from_a_newer_version_is_refused_untouched(tmp_path, plan_events) -> None:
+    with EventStore.open(tmp_path) as store:
+        store.add_many(plan_events)
+    db = sqlite3.connect(tmp_path / "events.sqlite3")
+    db.execute("PRAGMA user_version=99")
+    db.close()
+    with pytest.raises(StoreError, match="newer than this program"):
+        EventStore.open(tmp_path)
+    db = sqlite3.connect(tmp_path / "events.sqlite3")
+    assert db.execute("SELECT COUNT(*) FROM events").fetchone()[0] == len(plan_events)
+
+
+def test_a_file_that_is_not_a_store_gets_a_clear_error(tmp_path) -> None:
+    (tmp_path / "events.sqlite3").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match=r"not a usable event store.*move it aside"):
+        EventStore.open(tmp_path)
