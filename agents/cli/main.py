@@ -101,7 +101,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0 if tree.complete else 1
 
 
+PROGRESS_EVERY = 20_000
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
+    import structlog
+
+    log = structlog.get_logger("swarm.replay")
     events = []
     refused = 0
     for name in args.files:
@@ -118,6 +124,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
             except EventRefused as exc:
                 refused += 1
                 print(f"{name}:{number}: {exc}", file=sys.stderr)
+            if number % PROGRESS_EVERY == 0:
+                log.info("reading events", file=name, line=number, verified=len(events), refused=refused)
+    log.info("folding", events=len(events))
     tree = fold(events)
     if args.json:
         _write_json(Path(args.json), plan_json(tree, refused=refused))
@@ -132,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="A leaderless swarm of LLM agents that plans a goal as a replicated tree.",
     )
     parser.add_argument("--log-json", action="store_true", help="log JSON lines (default when stderr is not a terminal)")
-    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     simulate = sub.add_parser("simulate", help="run every role in one process, no network, deterministic for a seed")
