@@ -10,10 +10,14 @@ from agents.simulate import SimulationConfig, simulate
 from agents.store import EventStore, StoreError
 
 
-@pytest.fixture(scope="module")
-def plan_events():
+def simulate_events():
     result = simulate(SimulationConfig(goal="Move house", seed=5), lambda i: ScriptedBackend(seed=i, latency=1.0))
     return list(result.events)
+
+
+@pytest.fixture(scope="module")
+def plan_events():
+    return simulate_events()
 
 
 def test_inserts_are_idempotent_and_a_reopened_store_folds_the_same_tree(tmp_path, plan_events) -> None:
