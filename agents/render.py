@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agents.core.clock import ts_list
 from agents.core.tree import Node, PlanTree
 
 
@@ -70,10 +71,6 @@ def summary(tree: PlanTree, refused: int = 0, reorganisations: int | None = None
     return " | ".join(parts)
 
 
-def _ts(ts: Any) -> list[int] | None:
-    return None if ts is None else [ts.ms, ts.counter]
-
-
 def plan_json(tree: PlanTree, *, refused: int = 0, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     first = tree.goals[0] if tree.goals else None
     record: dict[str, Any] = {
@@ -93,18 +90,18 @@ def plan_json(tree: PlanTree, *, refused: int = 0, extra: dict[str, Any] | None 
             {"id": n.id, "parent": n.parent, "goal": n.goal, "depth": n.depth, "title": n.title,
              "description": n.description, "leaf": n.leaf, "status": n.status, "split": n.split,
              "children": list(n.children), "claim": n.claim, "executor": n.executor,
-             "lease_until": _ts(n.lease_until), "result": n.output, "result_event": n.result}
+             "lease_until": ts_list(n.lease_until), "result": n.output, "result_event": n.result}
             for n in tree.walk()
         ],
         "proposals": [
             {"id": p.id, "node": p.node, "author": p.author, "strategy": p.strategy,
              "subgoals": list(p.subgoals), "status": p.status, "approvals": list(p.approvals),
-             "rejections": list(p.rejections), "quorum_at": _ts(p.quorum_at)}
+             "rejections": list(p.rejections), "quorum_at": ts_list(p.quorum_at)}
             for p in sorted(tree.proposals.values(), key=lambda p: (p.at, p.id))
         ],
         "claims": [
-            {"id": c.id, "leaf": c.leaf, "executor": c.executor, "at": _ts(c.at),
-             "status": c.status, "lease_until": _ts(c.lease_until)}
+            {"id": c.id, "leaf": c.leaf, "executor": c.executor, "at": ts_list(c.at),
+             "status": c.status, "lease_until": ts_list(c.lease_until)}
             for c in sorted(tree.claims.values(), key=lambda c: (c.at, c.id))
         ],
         "events": tree.events,

@@ -77,9 +77,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         config.validate()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    backend = {"seed": args.seed, "latency": args.latency}
     result = simulate(
-        config, lambda i: llm.create(args.llm, seed=backend["seed"] * 1000 + i, latency=backend["latency"])
+        config, lambda i: llm.create(args.llm, seed=args.seed * 1000 + i, latency=args.latency)
     )
     tree = result.tree
     if args.events:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agents.core.clock import HybridClock
-from agents.core.events import Event, Role, sign_event
+from agents.core.events import AnyBody, Event, Role, sign_event
 from agents.core.identity import Identity
 
 
@@ -28,7 +28,7 @@ class Author:
             self.seq, self.prev = last.seq, last.id
             self.clock.restore(last.ts)
 
-    def sign(self, body: object) -> Event:
-        event = sign_event(self.identity, self.role, self.seq + 1, self.prev, self.clock.tick(), body)  # type: ignore[arg-type]
+    def sign(self, body: AnyBody) -> Event:
+        event = sign_event(self.identity, self.role, self.seq + 1, self.prev, self.clock.tick(), body)
         self.seq, self.prev = event.seq, event.id
         return event

@@ -36,6 +36,11 @@ class Timestamp(NamedTuple):
         return f"{self.ms}.{self.counter}"
 
 
+def ts_list(ts: Timestamp | None) -> list[int] | None:
+    """A timestamp as JSON wants it ([ms, counter]), or None."""
+    return None if ts is None else [ts.ms, ts.counter]
+
+
 class ClockDriftError(ValueError):
     """A remote timestamp too far ahead of our physical clock to be merged yet."""
 

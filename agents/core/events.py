@@ -117,10 +117,8 @@ class FailureBody(_Strict):
     reason: _text(1, 500)
 
 
-Body = Annotated[
-    GoalBody | ProposalBody | VoteBody | ClaimBody | RenewBody | ResultBody | FailureBody,
-    Field(discriminator="kind"),
-]
+AnyBody = GoalBody | ProposalBody | VoteBody | ClaimBody | RenewBody | ResultBody | FailureBody
+Body = Annotated[AnyBody, Field(discriminator="kind")]
 Kind = Literal["goal", "proposal", "vote", "claim", "renew", "result", "failure"]
 
 AUTHOR_ROLE: dict[str, Role] = {
@@ -188,7 +186,7 @@ def sign_event(
     seq: int,
     prev: str | None,
     hlc: Timestamp,
-    body: GoalBody | ProposalBody | VoteBody | ClaimBody | RenewBody | ResultBody | FailureBody,
+    body: AnyBody,
 ) -> Event:
     """Build, hash and sign an event by ``identity``."""
     unsigned = {

@@ -98,9 +98,7 @@ def build_feeds(events: Iterable[Event]) -> Feeds:
         previous: Event | None = None
         seq = 1
         while seq in by_seq and (fork is None or seq < fork):
-            event = by_seq[seq][0]
-            if previous is not None and event.prev != previous.id:
-                break  # unreachable without a fork; kept as a guard
+            event = by_seq[seq][0]  # unique, and chained to previous: _fork_seq stops us before either fails
             if previous is not None and event.role != previous.role:
                 stop_rule = "role"
                 issues.append(

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from agents.core.canonical import canonical_bytes, sha256_hex
 from agents.core.claims import ClaimView
-from agents.core.clock import Timestamp
+from agents.core.clock import Timestamp, ts_list
 from agents.core.feeds import FeedIssue
 
 NodeStatus = Literal["open", "split", "ready", "claimed", "done"]
@@ -117,30 +117,26 @@ class PlanTree:
         return [n for n in self.walk() if n.leaf]
 
 
-def _ts(ts: Timestamp | None) -> list[int] | None:
-    return None if ts is None else [ts.ms, ts.counter]
-
-
 def _digest_record(tree: PlanTree) -> dict[str, Any]:
     return {
         "v": DIGEST_VERSION,
         "goals": [
-            [g.id, g.author, g.text, g.quorum, g.max_depth, g.claim_lease_ms, _ts(g.at)]
+            [g.id, g.author, g.text, g.quorum, g.max_depth, g.claim_lease_ms, ts_list(g.at)]
             for g in tree.goals
         ],
         "nodes": [
-            [n.id, n.goal, n.parent, n.depth, n.title, n.description, n.leaf, _ts(n.created_at),
-             n.status, n.split, list(n.children), n.claim, n.executor, _ts(n.lease_until),
+            [n.id, n.goal, n.parent, n.depth, n.title, n.description, n.leaf, ts_list(n.created_at),
+             n.status, n.split, list(n.children), n.claim, n.executor, ts_list(n.lease_until),
              n.result, n.output]
             for n in sorted(tree.nodes.values(), key=lambda n: n.id)
         ],
         "proposals": [
-            [p.id, p.node, p.author, p.strategy, list(p.subgoals), _ts(p.at), p.status,
-             list(p.approvals), list(p.rejections), _ts(p.quorum_at)]
+            [p.id, p.node, p.author, p.strategy, list(p.subgoals), ts_list(p.at), p.status,
+             list(p.approvals), list(p.rejections), ts_list(p.quorum_at)]
             for p in sorted(tree.proposals.values(), key=lambda p: p.id)
         ],
         "claims": [
-            [c.id, c.leaf, c.executor, _ts(c.at), c.status, _ts(c.lease_until)]
+            [c.id, c.leaf, c.executor, ts_list(c.at), c.status, ts_list(c.lease_until)]
             for c in sorted(tree.claims.values(), key=lambda c: c.id)
         ],
     }
