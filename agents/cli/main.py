@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agents import logs
+from agents.cli.network import CommandError
 from agents.core.events import EventRefused, decode_event
 from agents.core.fold import fold
 from agents.render import plan_json, plan_markdown, render_tree, summary
@@ -163,6 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("files", nargs="+", metavar="FILE", help="JSON-lines event files")
     replay.add_argument("--json", metavar="PLAN.json", help="write the plan as JSON here")
     replay.set_defaults(run=cmd_replay)
+
+    from agents.cli import network, plan
+
+    network.add_commands(sub)
+    plan.add_command(sub)
     return parser
 
 
@@ -175,6 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"swarm {args.command}: {exc}", file=sys.stderr)
         return 2
+    except CommandError as exc:
+        print(f"swarm {args.command}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

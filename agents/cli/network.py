@@ -1,0 +1,282 @@
+"""``swarm agent``, ``submit``, ``observe`` and ``inspect``: members on a real libp2p network."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+import structlog
+import trio
+
+from agents.core.events import EventRefused, GoalBody, decode_event
+from agents.core.fold import fold
+from agents.core.identity import Identity
+from agents.keyfile import KeyFileError, load_or_create
+from agents.member import Member
+from agents.render import plan_json, plan_markdown, render_tree, summary
+from agents.store import EventStore, StoreError
+
+log = structlog.get_logger("swarm.cli")
+DEFAULT_LISTEN = "/ip4/0.0.0.0/tcp/0"
+
+
+class CommandError(Exception):
+    """A command that could not do its job; exit 1 with this message."""
+
+
+def add_network_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--listen", action="append", metavar="MULTIADDR",
+                        help=f"address to listen on (repeatable; default {DEFAULT_LISTEN})")
+    parser.add_argument("--bootstrap", action="append", default=[], metavar="MULTIADDR",
+                        help="a peer to dial, /ip4/.../tcp/.../p2p/<peer id> (repeatable)")
+    parser.add_argument("--cluster", default="default", help="cluster name: the gossip topic and sync scope")
+    parser.add_argument("--no-mdns", dest="mdns", action="store_false", help="do not discover peers by mDNS")
+
+
+def _valid_event(data: bytes) -> bool:
+    try:
+        decode_event(data)
+    except EventRefused:
+        return False
+    return True
+
+
+def _network(identity: Identity, args: argparse.Namespace):
+    from agents.net.p2p import Libp2pNetwork
+
+    try:
+        return Libp2pNetwork(identity, args.cluster, args.listen or [DEFAULT_LISTEN], args.bootstrap,
+                             mdns=args.mdns, validator=_valid_event)
+    except ValueError as exc:
+        raise CommandError(f"bad multiaddr in --listen or --bootstrap: {exc}") from None
+
+
+def _open(data_dir: Path) -> tuple[Identity, EventStore]:
+    try:
+        return load_or_create(data_dir), EventStore.open(data_dir)
+    except (KeyFileError, StoreError) as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _write_addrs(data_dir: Path, addresses: list[str]) -> None:
+    from agents.cli.main import write_atomically
+
+    write_atomically(data_dir / "addrs", "".join(a + "\n" for a in addresses).encode())
+
+
+async def _until_signal(cancel: trio.CancelScope) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("stopping", signal=signal.Signals(signum).name)
+            cancel.cancel()
+            return
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    from agents import llm
+
+    data_dir = Path(args.data_dir)
+    identity, store = _open(data_dir)
+    backend = None
+    if args.role != "observer":
+        try:
+            backend = llm.create(args.llm, seed=int(identity.public_key[:4].hex(), 16), latency=args.llm_latency)
+        except llm.LLMError as exc:
+            raise CommandError(str(exc)) from None
+    network = _network(identity, args)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_until_signal, nursery.cancel_scope)
+            await nursery.start(network.run)
+            _write_addrs(data_dir, network.addresses())
+            member = Member(identity, args.role, store, network, args.cluster, backend, args.strategy)
+            await nursery.start(member.run)
+            log.info("member running", role=args.role, peer=identity.peer_id, data_dir=str(data_dir),
+                     events=len(member.index))
+
+    trio.run(main)
+    store.close()
+    return 0
+
+
+async def _connected(network, timeout: float) -> bool:
+    with trio.move_on_after(timeout):
+        while not network.connected_peers():
+            await trio.sleep(0.1)
+        return True
+    return False
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from agents.syncproto import pull
+
+    if not args.bootstrap and not args.mdns:
+        raise CommandError("swarm submit needs a peer: give --bootstrap MULTIADDR (or allow mDNS)")
+    data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="swarm-submit-"))
+    identity, store = _open(data_dir)
+    network = _network(identity, args)
+    body = GoalBody(text=args.goal, quorum=args.quorum, max_depth=args.max_depth,
+                    claim_lease_ms=int(args.claim_lease * 1000))
+    outcome: dict[str, str] = {}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(network.run)
+            member = Member(identity, "client", store, network, args.cluster)
+            await nursery.start(member.run)
+            with trio.move_on_after(args.timeout):
+                if not await _connected(network, args.timeout):
+                    nursery.cancel_scope.cancel()
+                    return
+                goal = await member.publish(body)
+                outcome["goal"] = goal.id
+                while "acked" not in outcome:
+                    for peer in network.connected_peers():
+                        try:
+                            stream = await network.open_stream(peer)
+                            _, theirs = await pull(stream, member.index, args.cluster)
+                            await stream.aclose()
+                        except Exception as exc:  # the peer may be starting up; try again
+                            log.debug("ack check failed", peer=peer, error=repr(exc)[:100])
+                            continue
+                        mine = theirs.authors.get(identity.peer_id)
+                        if mine is not None and mine.prefix_id == goal.id:
+                            outcome["acked"] = peer
+                            break
+                    await trio.sleep(0.3)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    store.close()
+    if "goal" not in outcome:
+        raise CommandError(f"no peer reachable within {args.timeout:g} s; check --bootstrap (and that members run)")
+    if "acked" not in outcome:
+        raise CommandError(f"goal {outcome['goal'][:16]} published, but no member confirmed holding it "
+                           f"within {args.timeout:g} s")
+    print(f"goal {outcome['goal']} submitted; held by {outcome['acked']}")
+    return 0
+
+
+def cmd_observe(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="swarm-observe-"))
+    identity, store = _open(data_dir)
+    network = _network(identity, args)
+    state: dict[str, object] = {"timed_out": False}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_until_signal, nursery.cancel_scope)
+            await nursery.start(network.run)
+            member = Member(identity, "observer", store, network, args.cluster)
+            state["member"] = member
+            await nursery.start(member.run)
+            with trio.move_on_after(args.timeout) as deadline:
+                if not await _connected(network, args.timeout):
+                    pass
+                elif args.follow or args.until_complete:
+                    last = ""
+                    while not (args.until_complete and member.tree.complete):
+                        line = _progress(member)
+                        if line != last:
+                            print(line, flush=True)
+                            last = line
+                        member.changed = trio.Event()
+                        with trio.move_on_after(1.0):
+                            await member.changed.wait()
+                else:
+                    while await member.sync_all() > 0:  # one-shot: sync until quiet
+                        pass
+            state["timed_out"] = deadline.cancelled_caught
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    member = state["member"]
+    assert isinstance(member, Member)
+    tree = member.tree
+    _emit(tree, args, refused=member.stats.refused, reorganisations=member.stats.reorganisations)
+    store.close()
+    if args.until_complete and not tree.complete:
+        print(f"swarm observe: the plan is not complete after {args.timeout:g} s", file=sys.stderr)
+        return 1
+    if not args.follow and not args.until_complete and state["timed_out"]:
+        print(f"swarm observe: no peer answered within {args.timeout:g} s", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _progress(member: Member) -> str:
+    tree = member.tree
+    leaves = tree.leaves()
+    done = sum(1 for leaf in leaves if leaf.status == "done")
+    accepted = sum(1 for p in tree.proposals.values() if p.status == "accepted")
+    return (f"[{len(member.network.connected_peers())} peers] {tree.events} events, "
+            f"{len(tree.proposals)} proposals ({accepted} accepted), {done}/{len(leaves)} leaves done"
+            + (" - complete" if tree.complete else ""))
+
+
+def _emit(tree, args: argparse.Namespace, refused: int, reorganisations: int | None = None) -> None:
+    from agents.cli.main import _write_json, write_atomically
+
+    if getattr(args, "json", None):
+        extra = {"reorganisations": reorganisations} if reorganisations is not None else None
+        _write_json(Path(args.json), plan_json(tree, refused=refused, extra=extra))
+    if getattr(args, "md", None):
+        write_atomically(Path(args.md), plan_markdown(tree).encode())
+    print(render_tree(tree))
+    print(summary(tree, refused=refused, reorganisations=reorganisations))
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir)
+    if not (data_dir / "events.sqlite3").exists():
+        raise CommandError(f"{data_dir} holds no event store (events.sqlite3); is it a member's --data-dir?")
+    try:
+        with EventStore.open(data_dir) as store:
+            tree = fold(store.events())
+            refused = store.counters().get("refused", 0)
+    except StoreError as exc:
+        raise CommandError(str(exc)) from None
+    _emit(tree, args, refused=refused)
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    from agents.llm.scripted import STRATEGIES
+
+    agent = sub.add_parser("agent", help="run one swarm member (a role) until stopped")
+    agent.add_argument("--role", required=True, choices=["decomposer", "scorer", "executor", "observer"])
+    agent.add_argument("--data-dir", required=True, help="the member's identity key, event store and addrs file")
+    agent.add_argument("--llm", default="scripted", help="model backend")
+    agent.add_argument("--llm-latency", type=float, default=0.0, help="scripted model: mean seconds per call")
+    agent.add_argument("--strategy", default="activity", choices=STRATEGIES, help="decomposer: preferred split")
+    add_network_options(agent)
+    agent.set_defaults(run=cmd_agent)
+
+    submit = sub.add_parser("submit", help="publish a goal and exit once a member holds it")
+    submit.add_argument("goal")
+    submit.add_argument("--quorum", type=int, default=2)
+    submit.add_argument("--max-depth", type=int, default=3)
+    submit.add_argument("--claim-lease", type=float, default=30.0, help="seconds")
+    submit.add_argument("--timeout", type=float, default=30.0)
+    submit.add_argument("--data-dir", help="keep the client's identity and events here (default: a temp dir)")
+    add_network_options(submit)
+    submit.set_defaults(run=cmd_submit)
+
+    observe = sub.add_parser("observe", help="join silently, rebuild the plan, print it")
+    observe.add_argument("--follow", action="store_true", help="print a progress line as the plan grows")
+    observe.add_argument("--until-complete", action="store_true", help="exit 0 once the plan is complete")
+    observe.add_argument("--timeout", type=float, default=60.0)
+    observe.add_argument("--json", metavar="FILE")
+    observe.add_argument("--md", metavar="FILE")
+    observe.add_argument("--data-dir", help="keep what it learns here (default: a temp dir)")
+    add_network_options(observe)
+    observe.set_defaults(run=cmd_observe)
+
+    inspect = sub.add_parser("inspect", help="print a member's tree and digest from its store, offline")
+    inspect.add_argument("data_dir", metavar="DATA_DIR")
+    inspect.add_argument("--json", metavar="FILE")
+    inspect.set_defaults(run=cmd_inspect)

@@ -1,0 +1,141 @@
+"""``swarm plan "GOAL"``: a whole swarm as local processes, no containers.
+
+Starts every decomposer, scorer and executor as its own ``swarm agent``
+process (each with its own data directory, identity and port on 127.0.0.1,
+and every other member as a bootstrap address), submits the goal, follows it
+with an observer process until the plan is complete, writes ``OUT/plan.json``
+and ``OUT/plan.md``, and stops the processes. Nothing in this launcher takes
+part in the plan: it only starts processes and reads the observer's files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from agents.cli.network import CommandError
+from agents.keyfile import load_or_create
+from agents.llm.scripted import STRATEGIES
+
+
+@dataclass
+class Proc:
+    name: str
+    data_dir: Path
+    port: int
+    peer_id: str
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"/ip4/127.0.0.1/tcp/{self.port}/p2p/{self.peer_id}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def swarm_command() -> list[str]:
+    return [sys.executable, "-m", "agents.cli.main", "--log-json"]
+
+
+def start_agent(proc: Proc, role: str, peers: list[Proc], args: argparse.Namespace, strategy: str) -> None:
+    command = [
+        *swarm_command(), "agent", "--role", role, "--data-dir", str(proc.data_dir),
+        "--listen", f"/ip4/127.0.0.1/tcp/{proc.port}", "--cluster", args.cluster, "--no-mdns",
+        "--llm", args.llm, "--llm-latency", str(args.llm_latency), "--strategy", strategy,
+    ]
+    for peer in peers:
+        if peer is not proc:
+            command += ["--bootstrap", peer.address]
+    log_file = open(proc.data_dir / "agent.log", "ab")  # noqa: SIM115 (owned by the child)
+    proc.process = subprocess.Popen(command, stdout=log_file, stderr=log_file, stdin=subprocess.DEVNULL)
+
+
+def stop(procs: list[Proc], grace: float = 5.0) -> None:
+    for proc in procs:
+        if proc.process and proc.process.poll() is None:
+            proc.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        if proc.process is None:
+            continue
+        try:
+            proc.process.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.process.kill()
+            proc.process.wait()
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    if args.quorum > args.scorers:
+        raise CommandError(f"quorum {args.quorum} can never be reached by {args.scorers} scorer(s); "
+                           "lower --quorum or add --scorers")
+    out = Path(args.out)
+    members_dir = out / "members"
+    roles = ([("decomposer", i) for i in range(args.decomposers)]
+             + [("scorer", i) for i in range(args.scorers)]
+             + [("executor", i) for i in range(args.executors)])
+    procs: list[Proc] = []
+    for role, i in roles:
+        data_dir = members_dir / f"{role}-{i}"
+        identity = load_or_create(data_dir)
+        procs.append(Proc(f"{role}-{i}", data_dir, free_port(), identity.peer_id))
+    started = time.monotonic()
+    print(f"starting {len(procs)} members ({args.decomposers} decomposers, {args.scorers} scorers, "
+          f"{args.executors} executors, quorum {args.quorum}) in {members_dir}", flush=True)
+    try:
+        for (role, i), proc in zip(roles, procs, strict=True):
+            start_agent(proc, role, procs, args, STRATEGIES[i % len(STRATEGIES)])
+        bootstrap = [arg for p in procs for arg in ("--bootstrap", p.address)]
+        common = ["--cluster", args.cluster, "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0", *bootstrap]
+        submit = subprocess.run(
+            [*swarm_command(), "submit", args.goal, "--quorum", str(args.quorum), "--max-depth",
+             str(args.max_depth), "--claim-lease", str(args.claim_lease), "--timeout", "60",
+             "--data-dir", str(members_dir / "client"), *common],
+            capture_output=True, text=True,
+        )
+        if submit.returncode != 0:
+            raise CommandError(f"could not submit the goal: {submit.stderr.strip().splitlines()[-1:]}")
+        print(submit.stdout.strip(), flush=True)
+        remaining = max(1.0, args.timeout - (time.monotonic() - started))
+        observer = subprocess.run(
+            [*swarm_command(), "observe", "--follow", "--until-complete", "--timeout", f"{remaining:.0f}",
+             "--data-dir", str(members_dir / "observer"), "--json", str(out / "plan.json"),
+             "--md", str(out / "plan.md"), *common],
+            stderr=open(members_dir / "observer.log", "ab"),  # noqa: SIM115
+        )
+    finally:
+        stop(procs)
+    elapsed = time.monotonic() - started
+    if observer.returncode != 0:
+        raise CommandError(f"the plan did not complete within {args.timeout:g} s (state above; member logs in "
+                           f"{members_dir}/*/agent.log)")
+    print(f"plan complete in {elapsed:.1f} s; wrote {out / 'plan.json'} and {out / 'plan.md'}")
+    return 0
+
+
+def add_command(sub: argparse._SubParsersAction) -> None:
+    plan = sub.add_parser("plan", help="run a whole swarm as local processes until the plan is complete")
+    plan.add_argument("goal")
+    plan.add_argument("--decomposers", type=int, default=3)
+    plan.add_argument("--scorers", type=int, default=3)
+    plan.add_argument("--executors", type=int, default=3)
+    plan.add_argument("--quorum", type=int, default=2)
+    plan.add_argument("--max-depth", type=int, default=3)
+    plan.add_argument("--claim-lease", type=float, default=30.0, help="seconds")
+    plan.add_argument("--llm", default="scripted")
+    plan.add_argument("--llm-latency", type=float, default=0.5, help="scripted model: mean seconds per call")
+    plan.add_argument("--out", default="out", help="where plan.json, plan.md and members/ go")
+    plan.add_argument("--timeout", type=float, default=300.0)
+    plan.add_argument("--cluster", default=f"plan-{os.getpid()}")
+    plan.set_defaults(run=cmd_plan)

@@ -1,0 +1,274 @@
+"""A swarm member: one role, its own store and tree, talking through a ``Network``.
+
+Everything runs under one nursery (``Member.run``):
+
+* **receive**: gossip payloads go through the intake (verify, drift hold); new
+  events are stored (durable) and indexed, and the tree is folded again;
+* **sync**: pull from each peer when its connection opens, from every peer
+  every ``SYNC_INTERVAL``, and at once when the fold shows a gap in a feed;
+  serve other members' pulls;
+* **act** (every role but the observer): ask the role's policy what to do
+  given the tree and our hybrid clock, and carry the intents out: claims and
+  renewals at once, model calls one at a time in a worker thread;
+* **release**: admit held events whose time has come.
+
+Our own events are signed, stored, folded and then gossiped; if the gossip is
+lost, other members' periodic pulls fetch them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+import trio
+
+from agents.core.author import Author
+from agents.core.clock import HybridClock
+from agents.core.events import AnyBody, Event, EventRefused, Role, decode_event
+from agents.core.fold import fold
+from agents.core.identity import Identity
+from agents.core.intake import Admitted, Held, Intake, Refused
+from agents.core.sync import EventIndex
+from agents.core.tree import PlanTree
+from agents.llm.base import Backend
+from agents.net.base import Network, PeerStream, StreamClosed
+from agents.roles import POLICIES, Claim, Intent, Me, Renew
+from agents.roles.compose import compose, latency_key
+from agents.store import EventStore
+from agents.syncproto import SyncProtocolError, pull, serve_pull
+
+log = structlog.get_logger("swarm.member")
+
+SYNC_INTERVAL = 3.0
+ACT_INTERVAL = 0.25
+RENEW_SPACING_FRACTION = 0.25  # at most one renewal per quarter lease
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class MemberStats:
+    received: int = 0
+    refused: int = 0
+    held: int = 0
+    synced_in: int = 0
+    published: int = 0
+    reorganisations: int = 0
+    model_calls: int = 0
+    refusals: list[str] = field(default_factory=list)
+
+
+class Member:
+    def __init__(
+        self,
+        identity: Identity,
+        role: Role,
+        store: EventStore,
+        network: Network,
+        cluster: str,
+        backend: Backend | None = None,
+        strategy: str = "activity",
+        now_ms=wall_ms,
+    ) -> None:
+        self.role = role
+        self.store = store
+        self.network = network
+        self.cluster = cluster
+        self.backend = backend
+        self.clock = HybridClock(now_ms)
+        self.intake = Intake(self.clock)
+        self.author = Author(identity, role, self.clock) if role != "observer" else None
+        self.me = Me(identity.peer_id, role, strategy)
+        self.index = EventIndex(store.events())
+        self.stats = MemberStats(refused=store.counters().get("refused", 0))
+        if self.author is not None:
+            self.author.resume(store.events_by(identity.peer_id))
+        for event in self.index.events():
+            self.clock.restore(event.ts) if event.author == identity.peer_id else None
+        self.tree: PlanTree = fold(self.index.events())
+        self.changed = trio.Event()
+        self.sync_now = trio.Event()
+        self._model_busy = False
+        self._done: set[Intent] = set()
+        self._last_renew: dict[str, int] = {}
+        self._log = log.bind(role=role, peer=identity.peer_id[-8:])
+
+    # --- events in ------------------------------------------------------------
+
+    def _admit(self, events: list[Event], via: str) -> int:
+        added = self.store.add_many(events)
+        if added:
+            self.index.add_all(events)
+            self._refold()
+        if via == "sync":
+            self.stats.synced_in += added
+        return added
+
+    def receive(self, raw: bytes, via: str = "gossip") -> None:
+        answer = self.intake.offer(raw)
+        if isinstance(answer, Admitted):
+            self.stats.received += 1
+            if answer.event.id not in self.index:
+                self._admit([answer.event], via)
+        elif isinstance(answer, Held):
+            self.stats.held += 1
+            self._log.warning("event held", reason=answer.reason)
+        elif isinstance(answer, Refused):
+            self.stats.refused += 1
+            self.store.bump("refused")
+            self._log.warning("event refused", rule=answer.rule, reason=answer.reason[:300])
+
+    def _refold(self) -> None:
+        from agents.core.reorgs import reorganised
+
+        tree = fold(self.index.events())
+        changed = reorganised(self.tree, tree)
+        if changed:
+            self.stats.reorganisations += len(changed)
+            self._log.warning("reorganisation", nodes=[n[:10] for n in changed])
+        self.tree = tree
+        if tree.pending:
+            self.sync_now.set()
+        self.changed.set()
+
+    # --- events out -----------------------------------------------------------
+
+    async def publish(self, body: AnyBody) -> Event:
+        assert self.author is not None, "an observer never publishes"
+        event = self.author.sign(body)
+        self._admit([event], "self")
+        self.stats.published += 1
+        self._log.info("published", kind=event.kind, event_id=event.id[:12], hlc=str(event.ts))
+        try:
+            await self.network.publish(event.to_wire())
+        except Exception as exc:  # gossip is best-effort; sync carries the event anyway
+            self._log.warning("gossip publish failed", error=repr(exc)[:200])
+        return event
+
+    # --- loops ----------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        self.network.serve(self._serve)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._receive_loop)
+            nursery.start_soon(self._connection_loop, nursery)
+            nursery.start_soon(self._sync_loop)
+            nursery.start_soon(self._release_loop)
+            if self.role not in ("observer", "client"):
+                nursery.start_soon(self._act_loop, nursery)
+            task_status.started()
+
+    async def _receive_loop(self) -> None:
+        async for raw in self.network.gossip:
+            self.receive(raw)
+
+    async def _serve(self, stream: PeerStream) -> None:
+        try:
+            await serve_pull(stream, self.index, self.cluster)
+        except (StreamClosed, SyncProtocolError) as exc:
+            self._log.debug("sync serve ended", peer=stream.peer[-8:], reason=str(exc)[:200])
+
+    async def pull_from(self, peer: str) -> int:
+        """Pull what ``peer`` has and we lack. Returns how many new events we stored."""
+        try:
+            stream = await self.network.open_stream(peer)
+        except StreamClosed as exc:
+            self._log.debug("sync open failed", peer=peer[-8:], reason=str(exc)[:200])
+            return 0
+        try:
+            raws, _ = await pull(stream, self.index, self.cluster)
+        except (StreamClosed, SyncProtocolError) as exc:
+            self._log.info("sync failed", peer=peer[-8:], reason=str(exc)[:200])
+            return 0
+        finally:
+            await stream.aclose()
+        events = []
+        for raw in raws:
+            try:
+                event = decode_event(raw)
+            except EventRefused as exc:
+                self.stats.refused += 1
+                self.store.bump("refused")
+                self._log.warning("synced event refused", peer=peer[-8:], reason=str(exc)[:300])
+                continue
+            answer = self.intake.admit(event)
+            if isinstance(answer, Admitted):
+                events.append(event)
+        added = self._admit(events, "sync") if events else 0
+        if added:
+            self._log.info("synced", peer=peer[-8:], events=added)
+        return added
+
+    async def sync_all(self) -> int:
+        total = 0
+        for peer in self.network.connected_peers():
+            total += await self.pull_from(peer)
+        return total
+
+    async def _connection_loop(self, nursery: trio.Nursery) -> None:
+        async for peer in self.network.connections:
+            nursery.start_soon(self.pull_from, peer)
+
+    async def _sync_loop(self) -> None:
+        while True:
+            with trio.move_on_after(SYNC_INTERVAL):
+                await self.sync_now.wait()
+            self.sync_now = trio.Event()
+            await self.sync_all()
+
+    async def _release_loop(self) -> None:
+        while True:
+            await trio.sleep(1.0)
+            due = self.intake.release_due()
+            if due:
+                self._admit(due, "held")
+
+    async def _act_loop(self, nursery: trio.Nursery) -> None:
+        policy = POLICIES[self.role]
+        while True:
+            now = self.clock.peek().ms
+            for intent in policy(self.tree, self.me, now):
+                if intent in self._done:
+                    continue
+                if isinstance(intent, Claim):
+                    self._done.add(intent)
+                    await self.publish(compose(intent, self.tree, self.backend, self.me))  # type: ignore[arg-type]
+                elif isinstance(intent, Renew):
+                    lease = self.tree.goal_of(self.tree.nodes[self.tree.claims[intent.claim].leaf]).claim_lease_ms
+                    if now - self._last_renew.get(intent.claim, 0) >= lease * RENEW_SPACING_FRACTION:
+                        self._last_renew[intent.claim] = now
+                        await self.publish(compose(intent, self.tree, self.backend, self.me))  # type: ignore[arg-type]
+                elif not self._model_busy:
+                    self._model_busy = True
+                    self._done.add(intent)
+                    nursery.start_soon(self._think, intent)
+            self.changed = trio.Event()
+            with trio.move_on_after(ACT_INTERVAL):
+                await self.changed.wait()
+
+    async def _think(self, intent: Intent) -> None:
+        assert self.backend is not None
+        backend, tree = self.backend, self.tree
+        try:
+            kind, key = latency_key(intent)
+            delay = backend.latency_s(kind, key)
+            if delay > 0:
+                await trio.sleep(delay)
+            self.stats.model_calls += 1
+            body = await trio.to_thread.run_sync(compose, intent, tree, backend, self.me)
+            if body is None:
+                self._done.discard(intent)  # the model failed; the policy will ask again
+            else:
+                await self.publish(body)
+        finally:
+            self._model_busy = False
+            self.changed.set()
+
+
+def open_member_store(data_dir: Path) -> EventStore:
+    return EventStore.open(data_dir)

@@ -1,0 +1,64 @@
+"""The one small interface between a member and its network.
+
+Gossip (``publish`` / ``gossip``) is best-effort and fast; sync streams
+(``open_stream`` / ``serve``) are reliable request-response conversations with
+one peer, which is what guarantees convergence. The roles, the fold and the sync
+protocol never see anything else, so the same member code runs over libp2p
+and over a simulated, seeded network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import trio
+
+MAX_FRAME_BYTES = 32 * 1024 * 1024
+
+
+class StreamClosed(Exception):
+    """The peer closed or reset the stream, or sent a frame that breaks the framing."""
+
+
+class PeerStream(Protocol):
+    """A reliable, ordered conversation with one peer, in whole frames."""
+
+    peer: str
+
+    async def send(self, frame: bytes) -> None: ...
+
+    async def receive(self) -> bytes: ...
+
+    async def aclose(self) -> None: ...
+
+
+StreamHandler = Callable[[PeerStream], Awaitable[None]]
+
+
+class Network(Protocol):
+    peer_id: str
+
+    async def publish(self, data: bytes) -> None:
+        """Gossip ``data`` to the cluster topic. Best-effort: it may never arrive."""
+        ...
+
+    @property
+    def gossip(self) -> trio.MemoryReceiveChannel[bytes]:
+        """Payloads gossiped by others (already past the topic validator)."""
+        ...
+
+    @property
+    def connections(self) -> trio.MemoryReceiveChannel[str]:
+        """Peer ids, each time a connection to a peer opens."""
+        ...
+
+    def connected_peers(self) -> list[str]: ...
+
+    async def open_stream(self, peer: str) -> PeerStream:
+        """Open a sync stream to ``peer``; raises StreamClosed when it cannot."""
+        ...
+
+    def serve(self, handler: StreamHandler) -> None:
+        """Call ``handler`` for every sync stream a peer opens to us."""
+        ...

@@ -1,0 +1,261 @@
+"""``Network`` over py-libp2p 0.8.1: TCP, noise only, yamux, gossipsub, mDNS, sync streams.
+
+py-libp2p's defaults break a swarm (see ENVIRONMENT.md); this adapter fixes each:
+
+* gossipsub: ``heartbeat_interval=1``, explicit degrees, ``adaptive_gossip_enabled=False``
+  and ``spam_protection_enabled=False`` (both silently stop a busy mesh);
+* security: noise only (no plaintext or secio offered);
+* message ids: sha256 of the payload, so the replayed message cache and
+  re-publications dedupe by content (the member dedupes by event id too);
+* the subscription (32-message queue) is drained at once into our own channel;
+* nothing reconnects by itself: we dial bootstrap and mDNS-discovered peers,
+  redial lost ones (after ``unblock_peer``, to skip the 60 s negative cache),
+  and ping every connected peer; one that does not answer within
+  ``PING_TIMEOUT`` is disconnected, which catches a blackholed link;
+* mDNS callbacks arrive on zeroconf's thread and are handed to trio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Sequence
+
+import multiaddr
+import structlog
+import trio
+from libp2p import new_host
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
+from libp2p.custom_types import TProtocol
+from libp2p.host.ping import PingService
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from libp2p.pubsub.gossipsub import GossipSub
+from libp2p.pubsub.pubsub import Pubsub
+from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
+from libp2p.security.noise.transport import Transport as NoiseTransport
+from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
+from libp2p.stream_muxer.yamux.yamux import Yamux
+from libp2p.tools.anyio_service import background_trio_service
+
+from agents.core.identity import Identity
+from agents.net.base import MAX_FRAME_BYTES, StreamClosed, StreamHandler
+
+log = structlog.get_logger("swarm.net")
+
+GOSSIP_PROTOCOLS = [TProtocol("/meshsub/1.2.0"), TProtocol("/meshsub/1.1.0"), TProtocol("/meshsub/1.0.0")]
+SYNC_PROTOCOL = TProtocol("/swarm/sync/1.0.0")
+DIAL_INTERVAL = 2.0
+PING_INTERVAL = 2.0
+PING_TIMEOUT = 4.0
+DIAL_TIMEOUT = 5.0
+
+
+class Libp2pStream:
+    """Length-prefixed frames over a libp2p stream."""
+
+    def __init__(self, stream, peer: str) -> None:
+        self._stream = stream
+        self.peer = peer
+        self._buffer = b""
+
+    async def send(self, frame: bytes) -> None:
+        try:
+            await self._stream.write(len(frame).to_bytes(4, "big") + frame)
+        except Exception as exc:  # libp2p raises many unrelated types for a dead stream
+            raise StreamClosed(f"cannot write to {self.peer[-8:]}: {exc!r}") from None
+
+    async def _read_exactly(self, count: int) -> bytes:
+        while len(self._buffer) < count:
+            try:
+                chunk = await self._stream.read(max(65536, count - len(self._buffer)))
+            except Exception as exc:
+                raise StreamClosed(f"cannot read from {self.peer[-8:]}: {exc!r}") from None
+            if not chunk:
+                raise StreamClosed(f"{self.peer[-8:]} closed the stream")
+            self._buffer += chunk
+        data, self._buffer = self._buffer[:count], self._buffer[count:]
+        return data
+
+    async def receive(self) -> bytes:
+        size = int.from_bytes(await self._read_exactly(4), "big")
+        if size > MAX_FRAME_BYTES:
+            raise StreamClosed(f"{self.peer[-8:]} sent a {size}-byte frame (limit {MAX_FRAME_BYTES})")
+        return await self._read_exactly(size)
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(Exception):  # closing a dead stream is not worth reporting
+            await self._stream.close()
+
+
+class Libp2pNetwork:
+    """A libp2p host on one cluster's gossip topic. Start it with ``nursery.start(net.run)``."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        cluster: str,
+        listen: Sequence[str] = ("/ip4/0.0.0.0/tcp/0",),
+        bootstrap: Sequence[str] = (),
+        mdns: bool = True,
+        validator=None,
+    ) -> None:
+        self.identity = identity
+        self.peer_id = identity.peer_id
+        self.cluster = cluster
+        self.topic = f"swarm/{cluster}/events"
+        self._listen = [multiaddr.Multiaddr(a) for a in listen]
+        self._wanted: dict[str, PeerInfo] = {}
+        for address in bootstrap:
+            info = info_from_p2p_addr(multiaddr.Multiaddr(address))
+            if str(info.peer_id) != self.peer_id:
+                self._wanted[str(info.peer_id)] = info
+        self._mdns = mdns
+        self._validator = validator
+        self._gossip_send, self._gossip = trio.open_memory_channel[bytes](10_000)
+        self._conn_send, self._connections = trio.open_memory_channel[str](1000)
+        self._handler: StreamHandler | None = None
+        key_pair = create_new_key_pair(identity.seed)
+        self.host = new_host(
+            key_pair=key_pair,
+            sec_opt={NOISE_PROTOCOL_ID: NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)},
+            muxer_opt={YAMUX_PROTOCOL_ID: Yamux},
+            enable_mDNS=mdns,
+        )
+        self._router = GossipSub(
+            protocols=GOSSIP_PROTOCOLS, degree=4, degree_low=3, degree_high=6,
+            heartbeat_interval=1, heartbeat_initial_delay=0.1, time_to_live=30,
+            gossip_window=3, gossip_history=5,
+            adaptive_gossip_enabled=False, spam_protection_enabled=False,
+        )
+        self._pubsub = Pubsub(self.host, self._router, msg_id_constructor=lambda m: hashlib.sha256(m.data).digest())
+        self._known_connected: set[str] = set()
+
+    # --- Network interface -------------------------------------------------
+
+    @property
+    def gossip(self) -> trio.MemoryReceiveChannel[bytes]:
+        return self._gossip
+
+    @property
+    def connections(self) -> trio.MemoryReceiveChannel[str]:
+        return self._connections
+
+    def connected_peers(self) -> list[str]:
+        return sorted(str(p) for p in self.host.get_connected_peers())
+
+    async def publish(self, data: bytes) -> None:
+        await self._pubsub.publish(self.topic, data)
+
+    async def open_stream(self, peer: str) -> Libp2pStream:
+        try:
+            with trio.fail_after(DIAL_TIMEOUT):
+                stream = await self.host.new_stream(ID.from_base58(peer), [SYNC_PROTOCOL])
+        except Exception as exc:
+            raise StreamClosed(f"cannot open a sync stream to {peer[-8:]}: {exc!r}") from None
+        return Libp2pStream(stream, peer)
+
+    def serve(self, handler: StreamHandler) -> None:
+        self._handler = handler
+
+    def addresses(self) -> list[str]:
+        return [str(a) for a in self.host.get_addrs()]
+
+    # --- running -----------------------------------------------------------
+
+    async def _on_stream(self, stream) -> None:
+        peer = str(stream.muxed_conn.peer_id)
+        wrapped = Libp2pStream(stream, peer)
+        try:
+            if self._handler is not None:
+                await self._handler(wrapped)
+        finally:
+            await wrapped.aclose()
+
+    def _validate(self, _peer: ID, message) -> bool:
+        return self._validator is None or bool(self._validator(message.data))
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with (
+            self.host.run(self._listen),
+            trio.open_nursery() as nursery,
+            background_trio_service(self._pubsub),
+            background_trio_service(self._router),
+        ):
+            await self._pubsub.wait_until_ready()
+            self._pubsub.set_topic_validator(self.topic, self._validate, False)
+            subscription = await self._pubsub.subscribe(self.topic)
+            self.host.set_stream_handler(SYNC_PROTOCOL, self._on_stream)
+            if self._mdns:
+                self._listen_for_mdns()
+            nursery.start_soon(self._drain, subscription)
+            nursery.start_soon(self._dial_loop)
+            nursery.start_soon(self._liveness_loop)
+            log.info("listening", peer=self.peer_id, addrs=self.addresses(), topic=self.topic)
+            task_status.started()
+            await trio.sleep_forever()
+
+    async def _drain(self, subscription) -> None:
+        while True:
+            message = await subscription.get()
+            if ID(message.from_id) == self.host.get_id():
+                continue
+            try:
+                self._gossip_send.send_nowait(message.data)
+            except trio.WouldBlock:
+                log.warning("gossip queue full; dropping (sync will fetch it)")
+
+    def _listen_for_mdns(self) -> None:
+        from libp2p.discovery.events.peerDiscovery import peerDiscovery
+
+        token = trio.lowlevel.current_trio_token()
+
+        def discovered(info: PeerInfo) -> None:  # zeroconf's thread
+            def add() -> None:
+                if str(info.peer_id) != self.peer_id and str(info.peer_id) not in self._wanted:
+                    log.info("discovered by mdns", peer=str(info.peer_id))
+                    self._wanted[str(info.peer_id)] = info
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(add)
+
+        peerDiscovery.register_peer_discovered_handler(discovered)
+
+    async def _dial_loop(self) -> None:
+        while True:
+            connected = set(self.connected_peers())
+            for peer in connected - self._known_connected:
+                self._conn_send.send_nowait(peer)
+            self._known_connected = connected
+            for peer, info in list(self._wanted.items()):
+                if peer in connected:
+                    continue
+                self.host.get_network().unblock_peer(info.peer_id)
+                try:
+                    with trio.fail_after(DIAL_TIMEOUT):
+                        await self.host.connect(info)
+                except Exception as exc:  # a failed dial is routine: retry next round
+                    log.debug("dial failed", peer=peer, error=repr(exc)[:120])
+                    continue
+                log.info("connected", peer=peer)
+                self._known_connected.add(peer)
+                self._conn_send.send_nowait(peer)
+            await trio.sleep(DIAL_INTERVAL)
+
+    async def _liveness_loop(self) -> None:
+        ping = PingService(self.host)
+        while True:
+            await trio.sleep(PING_INTERVAL)
+            for peer in self.connected_peers():
+                alive = False
+                with trio.move_on_after(PING_TIMEOUT):
+                    try:
+                        await ping.ping(ID.from_base58(peer))
+                        alive = True
+                    except Exception as exc:
+                        log.debug("ping failed", peer=peer, error=repr(exc)[:120])
+                if not alive:
+                    log.warning("peer unresponsive; disconnecting", peer=peer)
+                    with contextlib.suppress(Exception):  # already gone
+                        await self.host.get_network().close_peer(ID.from_base58(peer))
+                    self._known_connected.discard(peer)

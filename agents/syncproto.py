@@ -1,0 +1,124 @@
+"""The catch-up sync protocol on a stream: pull what a peer has and we lack.
+
+One conversation, opened by the member that wants to catch up (the *puller*)::
+
+    puller -> server   {"type": "summary", "cluster": C, "authors": {...}}
+    server -> puller   {"type": "offer", "summary": {...}, "authors": {...}}
+    puller -> server   {"type": "need", "ids": [...]}          (at most BATCH ids)
+    server -> puller   {"type": "events", "events": [...]}     (wire JSON of each)
+    ... need / events repeat until nothing is missing ...
+    puller -> server   {"type": "done"}
+
+Every member pulls from every peer it talks to, so both directions are covered
+without a push. The server answers from its own event set and never trusts what
+it is told: the puller verifies every event it receives as if it came by gossip.
+The offer also carries the server's summary, which ``swarm submit`` uses to see
+that a peer holds its goal. Messages are strict: a decode error says what was
+expected and what came.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agents.core.sync import AuthorOffer, AuthorSummary, EventIndex, Offer, Summary
+from agents.net.base import PeerStream, StreamClosed
+
+BATCH = 500
+PROTOCOL = "/swarm/sync/1.0.0"
+
+
+class SyncProtocolError(Exception):
+    """The peer broke the protocol: the message says what was expected and what came."""
+
+
+def _encode(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _decode(frame: bytes, expected: str | tuple[str, ...]) -> dict[str, Any]:
+    wanted = (expected,) if isinstance(expected, str) else expected
+    try:
+        message = json.loads(frame)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SyncProtocolError(f"expected a JSON {'/'.join(wanted)} message, got undecodable bytes: {exc}") from None
+    if not isinstance(message, dict) or message.get("type") not in wanted:
+        found = message.get("type") if isinstance(message, dict) else type(message).__name__
+        raise SyncProtocolError(f"expected a {'/'.join(wanted)} message, found {found!r}")
+    return message
+
+
+def _summary_json(summary: Summary) -> dict[str, Any]:
+    return {a: [s.prefix_seq, s.prefix_id, s.ids_digest] for a, s in summary.authors.items()}
+
+
+def _summary_from(data: Any) -> Summary:
+    if not isinstance(data, dict):
+        raise SyncProtocolError(f"expected a summary object, found {type(data).__name__}")
+    authors = {}
+    for author, entry in data.items():
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], int)
+                and (entry[1] is None or isinstance(entry[1], str)) and isinstance(entry[2], str)):
+            raise SyncProtocolError(f"expected [seq, id|null, digest] for author {author[:12]}, found {entry!r:.80}")
+        authors[author] = AuthorSummary(entry[0], entry[1], entry[2])
+    return Summary(authors)
+
+
+def _offer_from(data: Any) -> Offer:
+    if not isinstance(data, dict):
+        raise SyncProtocolError(f"expected an offer object, found {type(data).__name__}")
+    authors = {}
+    for author, entry in data.items():
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int)
+                and isinstance(entry[1], list) and all(isinstance(i, str) for i in entry[1])):
+            raise SyncProtocolError(f"expected [after_seq, [ids]] for author {author[:12]}, found {entry!r:.80}")
+        authors[author] = AuthorOffer(entry[0], tuple(entry[1]))
+    return Offer(authors)
+
+
+async def serve_pull(stream: PeerStream, index: EventIndex, cluster: str) -> int:
+    """Answer one peer's pull from our events. Returns how many events we sent."""
+    hello = _decode(await stream.receive(), "summary")
+    if hello.get("cluster") != cluster:
+        raise SyncProtocolError(f"peer is in cluster {hello.get('cluster')!r}, we are in {cluster!r}")
+    offer = index.offer_for(_summary_from(hello.get("authors")))
+    await stream.send(_encode({
+        "type": "offer",
+        "summary": _summary_json(index.summary()),
+        "authors": {a: [o.after_seq, list(o.ids)] for a, o in (offer.authors if offer else {}).items()},
+    }))
+    sent = 0
+    while True:
+        message = _decode(await stream.receive(), ("need", "done"))
+        if message["type"] == "done":
+            return sent
+        ids = message.get("ids")
+        if not isinstance(ids, list) or len(ids) > BATCH:
+            raise SyncProtocolError(f"expected a list of at most {BATCH} ids, found {type(ids).__name__}")
+        events = [e.to_wire().decode() for i in ids if isinstance(i, str) and (e := index.get(i)) is not None]
+        await stream.send(_encode({"type": "events", "events": events}))
+        sent += len(events)
+
+
+async def pull(stream: PeerStream, index: EventIndex, cluster: str) -> tuple[list[bytes], Summary]:
+    """Pull from the peer what it offers and we lack. Returns the raw events (unverified:
+    run them through the intake) and the peer's summary."""
+    await stream.send(_encode({"type": "summary", "cluster": cluster, "authors": _summary_json(index.summary())}))
+    reply = _decode(await stream.receive(), "offer")
+    theirs = _summary_from(reply.get("summary"))
+    offer = _offer_from(reply.get("authors"))
+    wanted = [i for o in offer.authors.values() for i in o.ids if i not in index]
+    received: list[bytes] = []
+    for start in range(0, len(wanted), BATCH):
+        await stream.send(_encode({"type": "need", "ids": wanted[start:start + BATCH]}))
+        answer = _decode(await stream.receive(), "events")
+        events = answer.get("events")
+        if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
+            raise SyncProtocolError("expected a list of event strings in an events message")
+        received.extend(e.encode() for e in events)
+    await stream.send(_encode({"type": "done"}))
+    return received, theirs
+
+
+__all__ = ["BATCH", "PROTOCOL", "StreamClosed", "SyncProtocolError", "pull", "serve_pull"]
