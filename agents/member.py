@@ -236,7 +236,8 @@ class Member:
                 if intent in self._done:
                     continue
                 if isinstance(intent, Claim):
-                    self._done.add(intent)
+                    # never remembered as done: a claim that lost may be made again once the
+                    # winner's lease lapses, and our own claim is folded before we decide again
                     await self.publish(compose(intent, self.tree, self.backend, self.me))  # type: ignore[arg-type]
                 elif isinstance(intent, Renew):
                     lease = self.tree.goal_of(self.tree.nodes[self.tree.claims[intent.claim].leaf]).claim_lease_ms

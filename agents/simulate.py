@@ -30,7 +30,7 @@ from agents.core.reorgs import reorganised
 from agents.core.tree import PlanTree
 from agents.llm.base import Backend
 from agents.llm.scripted import STRATEGIES
-from agents.roles import POLICIES, Execute, Intent, Me, Renew
+from agents.roles import POLICIES, Claim, Execute, Intent, Me, Renew
 from agents.roles.compose import EventBody, compose, latency_key
 
 EPOCH_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: virtual time starts here
@@ -122,16 +122,18 @@ def simulate(config: SimulationConfig, make_backend: Callable[[int], Backend]) -
                 new.append(member.author.sign(member.pending))
                 member.pending = None
             for intent in POLICIES[member.me.role](tree, member.me, member.author.clock.peek().ms):
-                if intent in member.started and not isinstance(intent, Renew):
+                if intent in member.started:
                     continue
-                member.started.add(intent)
+                if not isinstance(intent, (Claim, Renew)):  # claims and renewals may recur
+                    member.started.add(intent)
                 body = compose(intent, tree, member.backend, member.me)
                 if body is None:
                     continue
                 kind, key = latency_key(intent)
+                delay_ms = 0  # claims and renewals ask no model: they go out at once
                 if kind != "none":
                     calls += 1
-                delay_ms = int(member.backend.latency_s(kind, key) * 1000)
+                    delay_ms = int(member.backend.latency_s(kind, key) * 1000)
                 if delay_ms > 0:
                     member.pending, member.busy_until = body, now + delay_ms
                 else:

@@ -32,10 +32,12 @@ class Proc:
     port: int
     peer_id: str
     process: subprocess.Popen[bytes] | None = None
+    ip: str = "127.0.0.1"
+    prefix: tuple[str, ...] = ()  # e.g. ("ip", "netns", "exec", NAME) to run it in a namespace
 
     @property
     def address(self) -> str:
-        return f"/ip4/127.0.0.1/tcp/{self.port}/p2p/{self.peer_id}"
+        return f"/ip4/{self.ip}/tcp/{self.port}/p2p/{self.peer_id}"
 
 
 def free_port() -> int:
@@ -48,11 +50,15 @@ def swarm_command() -> list[str]:
     return [sys.executable, "-m", "agents.cli.main", "--log-json"]
 
 
-def start_agent(proc: Proc, role: str, peers: list[Proc], args: argparse.Namespace, strategy: str) -> None:
+def start_agent(
+    proc: Proc, role: str, peers: list[Proc], *, cluster: str, llm: str = "scripted",
+    llm_latency: float = 0.0, strategy: str = "activity",
+) -> None:
+    """Start ``swarm agent`` for ``proc``, bootstrapping to every other peer; its output goes to agent.log."""
     command = [
-        *swarm_command(), "agent", "--role", role, "--data-dir", str(proc.data_dir),
-        "--listen", f"/ip4/127.0.0.1/tcp/{proc.port}", "--cluster", args.cluster, "--no-mdns",
-        "--llm", args.llm, "--llm-latency", str(args.llm_latency), "--strategy", strategy,
+        *proc.prefix, *swarm_command(), "agent", "--role", role, "--data-dir", str(proc.data_dir),
+        "--listen", f"/ip4/{proc.ip}/tcp/{proc.port}", "--cluster", cluster, "--no-mdns",
+        "--llm", llm, "--llm-latency", str(llm_latency), "--strategy", strategy,
     ]
     for peer in peers:
         if peer is not proc:
@@ -95,7 +101,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
           f"{args.executors} executors, quorum {args.quorum}) in {members_dir}", flush=True)
     try:
         for (role, i), proc in zip(roles, procs, strict=True):
-            start_agent(proc, role, procs, args, STRATEGIES[i % len(STRATEGIES)])
+            start_agent(proc, role, procs, cluster=args.cluster, llm=args.llm,
+                        llm_latency=args.llm_latency, strategy=STRATEGIES[i % len(STRATEGIES)])
         bootstrap = [arg for p in procs for arg in ("--bootstrap", p.address)]
         common = ["--cluster", args.cluster, "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0", *bootstrap]
         submit = subprocess.run(

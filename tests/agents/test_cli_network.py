@@ -1,0 +1,71 @@
+"""The networked commands as a user types them: swarm plan, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from agents.store import EventStore
+
+
+def swarm(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agents.cli.main", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.slow
+def test_swarm_plan_runs_a_whole_swarm_and_writes_the_plan(tmp_path) -> None:
+    run = swarm("plan", "Plan a two-week trip to Japan", "--out", str(tmp_path), "--llm-latency", "0.1",
+                "--timeout", "120")
+    assert run.returncode == 0, run.stderr[-3000:]
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["complete"] is True and plan["goal"] == "Plan a two-week trip to Japan"
+    assert plan["digest"] in run.stdout and "plan complete in" in run.stdout
+    assert "leaves done" in run.stdout  # the progress lines
+    assert (tmp_path / "plan.md").read_text().startswith("# Plan a two-week trip to Japan")
+    members = sorted(p.name for p in (tmp_path / "members").iterdir() if (p / "addrs").exists())
+    assert len(members) == 9
+    # every member ends with the plan's digest; inspect reads it offline
+    for name in members:
+        inspect = swarm("inspect", str(tmp_path / "members" / name), "--json", str(tmp_path / f"{name}.json"))
+        assert inspect.returncode == 0
+        assert json.loads((tmp_path / f"{name}.json").read_text())["digest"] == plan["digest"]
+    # and every process was stopped
+    ps = subprocess.run(["pgrep", "-f", str(tmp_path / "members")], capture_output=True, text=True)
+    assert ps.stdout.strip() == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["plan", "g", "--scorers", "1", "--quorum", "2"], 1, "quorum 2 can never be reached by 1 scorer"),
+        (["agent", "--role", "boss", "--data-dir", "x"], 2, "invalid choice: 'boss'"),
+        (["submit", "g", "--no-mdns"], 1, "needs a peer: give --bootstrap"),
+        (["submit", "g", "--no-mdns", "--bootstrap", "/ip4/127.0.0.1/tcp/notaport"], 1, "bad multiaddr"),
+        (["inspect", "/nonexistent/dir"], 1, "holds no event store"),
+    ],
+)
+def test_bad_input_names_the_problem(args, code, message) -> None:
+    run = swarm(*args)
+    assert run.returncode == code, run.stderr[-2000:]
+    assert message in run.stderr
+
+
+def test_submit_to_nobody_gives_up_with_a_reason(tmp_path) -> None:
+    run = swarm("submit", "g", "--no-mdns", "--timeout", "2", "--data-dir", str(tmp_path),
+                "--bootstrap", "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWGSrXQQXYp31AUbZ64eJMb3hGywN4dmzpaZW3rWW22EfF")
+    assert run.returncode == 1
+    assert "no peer reachable within 2 s" in run.stderr
+
+
+def test_a_damaged_identity_key_is_refused_and_the_store_is_untouched(tmp_path) -> None:
+    with EventStore.open(tmp_path) as store:
+        store.bump("refused", 5)
+    (tmp_path / "identity.key").write_text("not hex\n")
+    run = swarm("agent", "--role", "scorer", "--data-dir", str(tmp_path), "--no-mdns")
+    assert run.returncode == 1 and "identity.key is not a 64-hex-digit ed25519 seed" in run.stderr
+    with EventStore.open(tmp_path) as store:
+        assert store.counters() == {"refused": 5}

@@ -1,0 +1,202 @@
+"""The swarm as real processes on loopback: libp2p, SIGKILL, restarts from data directories."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+from collections import Counter
+
+import pytest
+
+from agents.cli.plan import swarm_command
+from agents.keyfile import load_or_create
+from agents.store import EventStore
+from tests.cluster import LocalCluster
+
+pytestmark = pytest.mark.slow
+_ids = itertools.count()
+
+
+@pytest.fixture
+def make_cluster(tmp_path):
+    clusters: list[LocalCluster] = []
+
+    def make(**options) -> LocalCluster:
+        cluster = LocalCluster(tmp_path / f"c{len(clusters)}", f"test-{next(_ids)}-{tmp_path.name}", **options)
+        clusters.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in clusters:
+        cluster.stop()
+
+
+def _no_leaf_with_two_results(tree) -> None:
+    won = Counter(c.leaf for c in tree.claims.values() if c.status == "won")
+    assert all(n == 1 for n in won.values())
+
+
+def _quorum_respected(tree, quorum: int) -> None:
+    for node in tree.nodes.values():
+        if node.split is not None:
+            assert len(tree.proposals[node.split].approvals) >= quorum
+
+
+def test_plan_completes_every_member_agrees_and_a_late_observer_rebuilds_it(make_cluster, tmp_path) -> None:
+    cluster = make_cluster()
+    cluster.add("decomposer", 2)
+    cluster.add("scorer", 3)
+    cluster.add("executor", 2)
+    cluster.start()
+    cluster.submit("Plan a two-week trip to Japan")
+    cluster.wait_for("the plan to complete", lambda: cluster.tree("executor-0").complete)
+    digest = cluster.wait_converged()
+    tree = cluster.tree("scorer-0")
+    _quorum_respected(tree, 2)
+    _no_leaf_with_two_results(tree)
+
+    # a member that joins after completion learns everything from sync alone, and never speaks
+    observer_dir = tmp_path / "late-observer"
+    observer = load_or_create(observer_dir).peer_id
+    plan = tmp_path / "late.json"
+    run = subprocess.run([*swarm_command(), "observe", "--json", str(plan), "--timeout", "30",
+                          "--data-dir", str(observer_dir), *cluster.bootstrap_args(["scorer-1"])],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(plan.read_text())["digest"] == digest
+    for name in cluster.procs:
+        assert observer not in {e.author for e in _events(cluster, name)}
+    assert observer not in {e.author for e in _events_in(observer_dir)}
+
+
+def test_a_decomposer_killed_half_way_does_not_stop_the_plan(make_cluster) -> None:
+    cluster = make_cluster()
+    cluster.add("decomposer", 3)
+    cluster.add("scorer", 3)
+    cluster.add("executor", 2)
+    cluster.start()
+    cluster.submit("Organise a wedding")
+    victim = cluster.procs["decomposer-0"].peer_id
+    cluster.wait_for("decomposer-0's first proposal",
+                     lambda: any(p.author == victim for p in cluster.tree("decomposer-0").proposals.values()))
+    cluster.kill("decomposer-0")
+    alive = [n for n in cluster.procs if n != "decomposer-0"]
+    cluster.wait_for("the plan to complete", lambda: cluster.tree("executor-1").complete)
+    cluster.wait_converged(alive)
+
+
+def test_two_of_three_scorers_down_nothing_is_accepted_then_one_returns_and_it_completes(make_cluster) -> None:
+    cluster = make_cluster()
+    cluster.add("decomposer", 2)
+    cluster.add("scorer", 3)
+    cluster.add("executor", 2)
+    cluster.start()
+    cluster.kill("scorer-1")
+    cluster.kill("scorer-2")
+    goal = cluster.submit("Release version 2.0 of a library", quorum=2)
+    survivor = cluster.procs["scorer-0"].peer_id
+
+    def survivor_voted_on_every_root_proposal() -> bool:
+        tree = cluster.tree("scorer-0")
+        root = [p for p in tree.proposals.values() if p.node == goal]
+        return len(root) == 2 and all(survivor in tree.voters.get(p.id, ()) for p in root)
+
+    cluster.wait_for("the surviving scorer to vote on both root proposals", survivor_voted_on_every_root_proposal)
+    waiting = cluster.tree("decomposer-0")
+    assert waiting.nodes[goal].status == "open"  # visibly waiting: drafts, no accepted split
+    assert all(p.status == "draft" and len(p.approvals) <= 1 for p in waiting.proposals.values())
+
+    cluster.start("scorer-1")
+    cluster.wait_for("the plan to complete", lambda: cluster.tree("executor-0").complete)
+    tree = cluster.tree("executor-0")
+    _quorum_respected(tree, 2)
+    votes = Counter((e.author, e.body.proposal) for e in _events(cluster, "scorer-0") if e.kind == "vote")
+    assert votes and max(votes.values()) == 1  # never two votes by one scorer on one proposal
+
+
+def _events(cluster: LocalCluster, name: str):
+    return _events_in(cluster.procs[name].data_dir)
+
+
+def _events_in(data_dir):
+    with EventStore.open(data_dir) as store:
+        return store.events()
+
+
+def test_an_executor_killed_holding_a_claim_loses_it_when_the_lease_lapses(make_cluster) -> None:
+    # executors think slowly (1.5-4.5 s a leaf) under a 2 s lease that they renew while working
+    cluster = make_cluster(latency_by_role={"executor": 3.0})
+    cluster.add("decomposer", 1)
+    cluster.add("scorer", 2)
+    cluster.add("executor", 2)
+    cluster.start()
+    cluster.submit("Move house to another city", quorum=2, max_depth=1, lease=2.0)
+    victim = cluster.procs["executor-0"].peer_id
+
+    def holding():
+        tree = cluster.tree("executor-0")
+        return [c for c in tree.claims.values() if c.executor == victim and c.status == "holding"]
+
+    cluster.wait_for("executor-0 to hold a claim", lambda: bool(holding()))
+    held = holding()[0]
+    cluster.kill("executor-0")
+    cluster.wait_for("the plan to complete", lambda: cluster.tree("executor-1").complete, timeout=90)
+    tree = cluster.tree("executor-1")
+    assert tree.claims[held.id].status == "lapsed"
+    assert tree.nodes[held.leaf].executor == cluster.procs["executor-1"].peer_id
+    _no_leaf_with_two_results(tree)
+
+
+def test_a_member_restarted_from_its_data_dir_keeps_everything_and_catches_up(make_cluster) -> None:
+    cluster = make_cluster()
+    cluster.add("decomposer", 2)
+    cluster.add("scorer", 3)
+    cluster.add("executor", 2)
+    cluster.start()
+    goal = cluster.submit("Write a research survey on CRDTs")
+    me = cluster.procs["scorer-2"].peer_id
+    cluster.wait_for("scorer-2's first vote", lambda: any(me in v for v in cluster.tree("scorer-2").voters.values()))
+    cluster.kill("scorer-2")
+    before = cluster.event_ids("scorer-2")
+    cluster.wait_for("the plan to complete without it", lambda: cluster.tree("executor-0").complete)
+    cluster.start("scorer-2")
+    digest = cluster.wait_converged()
+    assert before <= cluster.event_ids("scorer-2")
+    tree = cluster.tree("scorer-2")
+    assert tree.complete and tree.digest == digest and goal in tree.nodes
+    assert not tree.equivocators  # it continued its own feed, no fork after the restart
+
+
+@pytest.fixture
+def lab():
+    from tests.netns import NetnsLab
+
+    lab = NetnsLab()
+    yield lab
+    lab.cleanup()
+
+
+def test_a_partition_then_a_heal_converges_every_member_to_one_digest(make_cluster, lab) -> None:
+    cluster = make_cluster(llm_latency=1.0)  # slow enough that the cut lands mid-plan
+    left = cluster.add("decomposer", 1, lab) + cluster.add("scorer", 2, lab) + cluster.add("executor", 1, lab)
+    right = cluster.add("decomposer", 1, lab) + cluster.add("scorer", 1, lab) + cluster.add("executor", 1, lab)
+    cluster.start()
+    goal = cluster.submit("Plan a two-week trip to Japan", quorum=2)
+    cluster.wait_for("the goal on every member", lambda: all(goal in cluster.tree(n).nodes for n in cluster.procs))
+    assert lab.can_reach("executor-0", "executor-1", 4001)
+    lab.partition(left, right)
+    assert not any(n.status == "done" for n in cluster.tree("executor-1").nodes.values())
+    assert not lab.can_reach("executor-0", "executor-1", 4001)
+    assert not lab.can_reach("executor-1", "scorer-0", 4001)
+    # the majority side (two scorers) completes; the minority side cannot accept anything new
+    cluster.wait_for("the left side to complete", lambda: cluster.tree("executor-0").complete, timeout=90)
+    assert not cluster.tree("executor-1").complete
+    assert set(cluster.event_ids("executor-1")) != set(cluster.event_ids("executor-0"))
+    lab.heal()
+    assert lab.can_reach("executor-0", "executor-1", 4001)
+    digest = cluster.wait_converged(timeout=90)
+    tree = cluster.tree("scorer-2")
+    assert tree.complete and tree.digest == digest
+    _quorum_respected(tree, 2)
+    _no_leaf_with_two_results(tree)

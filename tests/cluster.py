@@ -1,0 +1,105 @@
+"""A swarm of real ``swarm agent`` processes on loopback, for the process-level tests.
+
+Members are started, SIGKILLed and restarted from their data directories; the
+tests read each member's state from its own store (SQLite in WAL mode reads
+safely beside the running writer) and wait for conditions, never for time.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from agents.cli.plan import Proc, free_port, start_agent, stop, swarm_command
+from agents.core.fold import fold
+from agents.core.tree import PlanTree
+from agents.keyfile import load_or_create
+from agents.llm.scripted import STRATEGIES
+from agents.store import EventStore
+from tests.netns import NetnsLab
+
+
+class LocalCluster:
+    def __init__(self, root: Path, name: str, llm_latency: float = 0.2,
+                 latency_by_role: dict[str, float] | None = None) -> None:
+        self.root = root
+        self.name = name
+        self.llm_latency = llm_latency
+        self.latency_by_role = latency_by_role or {}
+        self.procs: dict[str, Proc] = {}
+        self.roles: dict[str, str] = {}
+
+    def add(self, role: str, count: int, lab: NetnsLab | None = None) -> list[str]:
+        """Add members; with a ``lab``, each runs in its own network namespace."""
+        names = []
+        for _ in range(count):
+            index = sum(1 for r in self.roles.values() if r == role)
+            name = f"{role}-{index}"
+            data_dir = self.root / name
+            peer_id = load_or_create(data_dir).peer_id
+            if lab is None:
+                self.procs[name] = Proc(name, data_dir, free_port(), peer_id)
+            else:
+                ip, prefix = lab.add_host(name)
+                self.procs[name] = Proc(name, data_dir, 4001, peer_id, ip=ip, prefix=prefix)
+            self.roles[name] = role
+            names.append(name)
+        return names
+
+    def start(self, *names: str) -> None:
+        for name in names or tuple(self.procs):
+            proc = self.procs[name]
+            if proc.process is not None and proc.process.poll() is None:
+                continue
+            strategy = STRATEGIES[int(name.rsplit("-", 1)[1]) % len(STRATEGIES)]
+            start_agent(proc, self.roles[name], list(self.procs.values()), cluster=self.name,
+                        llm_latency=self.latency_by_role.get(self.roles[name], self.llm_latency),
+                        strategy=strategy)
+
+    def kill(self, name: str) -> None:
+        process = self.procs[name].process
+        assert process is not None
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+
+    def bootstrap_args(self, names: list[str] | None = None) -> list[str]:
+        chosen = names or list(self.procs)
+        return ["--cluster", self.name, "--no-mdns", "--listen", "/ip4/0.0.0.0/tcp/0",
+                *[a for n in chosen for a in ("--bootstrap", self.procs[n].address)]]
+
+    def submit(self, goal: str, quorum: int = 2, max_depth: int = 2, lease: float = 10.0) -> str:
+        run = subprocess.run(
+            [*swarm_command(), "submit", goal, "--quorum", str(quorum), "--max-depth", str(max_depth),
+             "--claim-lease", str(lease), "--timeout", "30", *self.bootstrap_args()],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        return run.stdout.split()[1]
+
+    def tree(self, name: str) -> PlanTree:
+        with EventStore.open(self.procs[name].data_dir) as store:
+            return fold(store.events())
+
+    def event_ids(self, name: str) -> set[str]:
+        with EventStore.open(self.procs[name].data_dir) as store:
+            return {e.id for e in store.events()}
+
+    def wait_for(self, what: str, condition: Callable[[], bool], timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; logs in {self.root}")
+            time.sleep(0.2)
+
+    def digests(self, names: list[str] | None = None) -> dict[str, str]:
+        return {n: self.tree(n).digest for n in names or list(self.procs)}
+
+    def wait_converged(self, names: list[str] | None = None, timeout: float = 60.0) -> str:
+        self.wait_for("one digest on every member", lambda: len(set(self.digests(names).values())) == 1, timeout)
+        return next(iter(self.digests(names).values()))
+
+    def stop(self) -> None:
+        stop(list(self.procs.values()))
