@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import structlog
 import trio
 
 from agents.core.author import Author
 from agents.core.clock import HybridClock
-from agents.core.events import AnyBody, Event, EventRefused, Role, decode_event
+from agents.core.events import AnyBody, Event, EventRefused, ResultBody, Role, decode_event
 from agents.core.fold import fold
 from agents.core.identity import Identity
 from agents.core.intake import Admitted, Held, Intake, Refused
@@ -252,6 +251,10 @@ class Member:
             with trio.move_on_after(ACT_INTERVAL):
                 await self.changed.wait()
 
+    def _claim_gone(self, leaf: str, claim: str) -> bool:
+        node = self.tree.nodes.get(leaf)
+        return node is not None and node.claim != claim
+
     async def _think(self, intent: Intent) -> None:
         assert self.backend is not None
         backend, tree = self.backend, self.tree
@@ -264,12 +267,11 @@ class Member:
             body = await trio.to_thread.run_sync(compose, intent, tree, backend, self.me)
             if body is None:
                 self._done.discard(intent)  # the model failed; the policy will ask again
+            elif isinstance(body, ResultBody) and self._claim_gone(body.leaf, body.claim):
+                # our claim lost or lapsed while we worked: the result could never be accepted
+                self._log.info("result discarded: claim no longer ours", leaf=body.leaf[:10])
             else:
                 await self.publish(body)
         finally:
             self._model_busy = False
             self.changed.set()
-
-
-def open_member_store(data_dir: Path) -> EventStore:
-    return EventStore.open(data_dir)

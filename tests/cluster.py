@@ -50,14 +50,23 @@ class LocalCluster:
         return names
 
     def start(self, *names: str) -> None:
-        for name in names or tuple(self.procs):
+        """Start members and return once each is listening (it has written a fresh addrs file)."""
+        chosen = names or tuple(self.procs)
+        for name in chosen:
             proc = self.procs[name]
             if proc.process is not None and proc.process.poll() is None:
                 continue
+            (proc.data_dir / "addrs").unlink(missing_ok=True)
             strategy = STRATEGIES[int(name.rsplit("-", 1)[1]) % len(STRATEGIES)]
             start_agent(proc, self.roles[name], list(self.procs.values()), cluster=self.name,
                         llm_latency=self.latency_by_role.get(self.roles[name], self.llm_latency),
                         strategy=strategy)
+        for name in chosen:
+            proc = self.procs[name]
+            self.wait_for(f"{name} to listen", lambda proc=proc: (proc.data_dir / "addrs").exists()
+                          or (proc.process is not None and proc.process.poll() is not None))
+            assert proc.process is not None and proc.process.poll() is None, \
+                f"{name} exited with {proc.process.returncode if proc.process else None}; see {proc.data_dir}/agent.log"
 
     def kill(self, name: str) -> None:
         process = self.procs[name].process
@@ -98,8 +107,16 @@ class LocalCluster:
         return {n: self.tree(n).digest for n in names or list(self.procs)}
 
     def wait_converged(self, names: list[str] | None = None, timeout: float = 60.0) -> str:
-        self.wait_for("one digest on every member", lambda: len(set(self.digests(names).values())) == 1, timeout)
-        return next(iter(self.digests(names).values()))
+        """Wait until every member holds one digest; returns it (from that same snapshot)."""
+        seen: list[str] = []
+
+        def one_digest() -> bool:
+            digests = set(self.digests(names).values())
+            seen[:] = list(digests)
+            return len(digests) == 1
+
+        self.wait_for("one digest on every member", one_digest, timeout)
+        return seen[0]
 
     def stop(self) -> None:
         stop(list(self.procs.values()))
