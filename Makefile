@@ -30,11 +30,12 @@ bench: install
 lint: install
 	$(BIN)/ruff check agents chaos tests bench
 
-# The main job. Until the container lab lands (see README), it runs the whole
-# swarm in one process on virtual time and writes the plan to $(OUT)/.
+# The main job. Until the container lab lands (see README), it runs the swarm as
+# local processes (swarm plan: 3 decomposers, 3 scorers, 3 executors, an observer)
+# and writes the plan to $(OUT)/.
+LLM ?= scripted
 swarm: install
-	$(BIN)/swarm simulate "$(GOAL)" --seed $(SEED) --events $(OUT)/events.jsonl --json $(OUT)/plan.json --md $(OUT)/plan.md
-	@echo "wrote $(OUT)/plan.json, $(OUT)/plan.md and the signed event log $(OUT)/events.jsonl"
+	$(BIN)/swarm plan "$(GOAL)" --llm $(LLM) --out $(OUT)
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis

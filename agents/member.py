@@ -114,6 +114,7 @@ class Member:
             self.stats.received += 1
             if answer.event.id not in self.index:
                 self._admit([answer.event], via)
+                self._log.debug("admitted", event_id=answer.event.id, via=via)
         elif isinstance(answer, Held):
             self.stats.held += 1
             self._log.warning("event held", reason=answer.reason)
@@ -201,6 +202,9 @@ class Member:
         added = self._admit(events, "sync") if events else 0
         if added:
             self._log.info("synced", peer=peer[-8:], events=added)
+            if len(events) <= 100:  # per-event records only for small batches (benchmarks read them)
+                for event in events:
+                    self._log.debug("admitted", event_id=event.id, via="sync")
         return added
 
     async def sync_all(self) -> int:

@@ -35,6 +35,16 @@ def median_seconds(action: Callable[[], object], repeats: int = REPEATS) -> floa
 
 
 def main() -> None:
+    which = sys.argv[1:] or ["core", "swarm"]
+    if "core" in which:
+        core()
+    if "swarm" in which:
+        from bench import swarm
+
+        swarm.main()
+
+
+def core() -> None:
     print(f"# swarm-plan benchmarks (median of {REPEATS})\n", flush=True)
     start = time.perf_counter()
     events = list(plan_log(goals=5))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -88,6 +89,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
                            "lower --quorum or add --scorers")
     out = Path(args.out)
     members_dir = out / "members"
+    if members_dir.exists():
+        # every run plans one goal with fresh members; keep the last run's stores one generation
+        previous = out / "members.previous"
+        if previous.exists():
+            shutil.rmtree(previous)
+        members_dir.rename(previous)
+        print(f"moved the previous run's members to {previous}", flush=True)
     roles = ([("decomposer", i) for i in range(args.decomposers)]
              + [("scorer", i) for i in range(args.scorers)]
              + [("executor", i) for i in range(args.executors)])

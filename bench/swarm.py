@@ -1,0 +1,187 @@
+"""Figures for the networked swarm (real processes, real libp2p on loopback).
+
+* propagation: a client publishes goal events at a steady rate into a cluster of
+  N silent observers; each observer logs when it admitted each event; the
+  latency of an event is the time until the *last* member has it.
+* catch-up: a member holding N events serves a fresh ``swarm observe`` (a late
+  joiner); the figure is the wall time of that command, beside the same command
+  against an empty member (process start, imports, dial: the baseline).
+* price of democracy: ``swarm plan --llm scripted`` with a fixed mean latency per
+  model call, against the same model calls made one after another in one
+  process (the accepted tree's splits, quorum votes and leaves, times the latency).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import trio
+
+from agents.cli.plan import Proc, free_port, start_agent, stop, swarm_command
+from agents.core.events import GoalBody
+from agents.core.identity import Identity
+from agents.keyfile import load_or_create
+from agents.member import Member
+from agents.net.p2p import Libp2pNetwork
+from agents.store import EventStore
+from bench.synthetic import plan_log
+
+
+def _observers(root: Path, count: int, cluster: str) -> list[Proc]:
+    procs = []
+    for i in range(count):
+        data_dir = root / f"observer-{i}"
+        procs.append(Proc(f"observer-{i}", data_dir, free_port(), load_or_create(data_dir).peer_id))
+    for proc in procs:
+        start_agent_debug(proc, procs, cluster)
+    deadline = time.monotonic() + 60
+    while not all((p.data_dir / "addrs").exists() for p in procs):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"observers did not start; see {root}/*/agent.log")
+        time.sleep(0.1)
+    return procs
+
+
+def start_agent_debug(proc: Proc, peers: list[Proc], cluster: str) -> None:
+    command = [*swarm_command(), "--log-level", "debug", "agent", "--role", "observer", "--data-dir",
+               str(proc.data_dir), "--listen", f"/ip4/127.0.0.1/tcp/{proc.port}", "--cluster", cluster, "--no-mdns"]
+    for peer in peers:
+        if peer is not proc:
+            command += ["--bootstrap", peer.address]
+    log = open(proc.data_dir / "agent.log", "ab")  # noqa: SIM115
+    proc.process = subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+
+
+async def _publish(procs: list[Proc], cluster: str, count: int, rate: float, root: Path) -> dict[str, float]:
+    identity = Identity.generate()
+    network = Libp2pNetwork(identity, cluster, ["/ip4/127.0.0.1/tcp/0"], [p.address for p in procs], mdns=False)
+    sent: dict[str, float] = {}
+    with EventStore.open(root / "publisher") as store:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(network.run)
+            member = Member(identity, "client", store, network, cluster)
+            await nursery.start(member.run)
+            while len(network.connected_peers()) < len(procs):
+                await trio.sleep(0.1)
+            await trio.sleep(3)  # let the gossip mesh form (heartbeat 1 s) before measuring
+            for i in range(count):
+                event = await member.publish(GoalBody(text=f"probe {i}", quorum=1, max_depth=1, claim_lease_ms=1000))
+                sent[event.id] = time.time()
+                await trio.sleep(1 / rate)
+            await trio.sleep(5)
+            nursery.cancel_scope.cancel()
+    return sent
+
+
+def propagation(members: int, count: int = 40, rate: float = 5.0) -> tuple[float, float, int]:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        cluster = f"bench-prop-{members}"
+        procs = _observers(root, members, cluster)
+        try:
+            sent = trio.run(_publish, procs, cluster, count, rate, root)
+        finally:
+            stop(procs)
+        arrival: dict[str, list[float]] = {e: [] for e in sent}
+        by_sync: set[tuple[str, str]] = set()
+        for proc in procs:
+            for line in (proc.data_dir / "agent.log").read_text().splitlines():
+                if '"admitted"' not in line:
+                    continue
+                record = json.loads(line)
+                if record.get("event_id") in arrival:
+                    arrival[record["event_id"]].append(datetime.fromisoformat(record["timestamp"]).timestamp())
+                    if record.get("via") == "sync":
+                        by_sync.add((proc.name, record["event_id"]))
+        complete = sorted(max(times) - sent[e] for e, times in arrival.items() if len(times) == members)
+        missing = len(sent) - len(complete)
+        p50 = statistics.median(complete) * 1000
+        p99 = complete[min(len(complete) - 1, int(len(complete) * 0.99))] * 1000
+        return p50, p99, missing, len(by_sync)
+
+
+def catch_up(events: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        data_dir = root / "holder"
+        with EventStore.open(data_dir) as store:
+            batch = []
+            for event in plan_log(goals=max(1, events // 20_000), branch=6 if events > 5000 else 3,
+                                  depth=5 if events > 5000 else 4):
+                batch.append(event)
+                if len(batch) == events:
+                    break
+            store.add_many(batch)
+        holder = Proc("holder", data_dir, free_port(), load_or_create(data_dir).peer_id)
+        start_agent(holder, "observer", [holder], cluster="bench-catchup")
+        while not (data_dir / "addrs").exists():
+            time.sleep(0.1)
+        try:
+            start = time.perf_counter()
+            run = subprocess.run([*swarm_command(), "observe", "--timeout", "600", "--cluster", "bench-catchup",
+                                  "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0", "--bootstrap", holder.address,
+                                  "--data-dir", str(root / "late")], capture_output=True, text=True)
+            elapsed = time.perf_counter() - start
+        finally:
+            stop([holder])
+        if run.returncode != 0:
+            raise RuntimeError(run.stderr[-2000:])
+        with EventStore.open(root / "late") as store:
+            assert store.count() == len(batch), (store.count(), len(batch))
+        return elapsed
+
+
+def democracy(latency: float = 0.5) -> tuple[float, float, int, int]:
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        run = subprocess.run([*swarm_command(), "plan", "Plan a two-week trip to Japan", "--out", tmp,
+                              "--llm-latency", str(latency), "--timeout", "300"], capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        if run.returncode != 0:
+            raise RuntimeError(run.stderr[-2000:])
+        plan = json.loads((Path(tmp) / "plan.json").read_text())
+    splits = sum(1 for n in plan["nodes"] if n["split"])
+    leaves = sum(1 for n in plan["nodes"] if n["leaf"])
+    needed = splits * (1 + plan["quorum"]) + leaves  # one proposal, quorum votes per split; one run per leaf
+    made = len(plan["proposals"]) + sum(len(p["approvals"]) + len(p["rejections"]) for p in plan["proposals"]) \
+        + leaves + plan["duplicate_results"]
+    return wall, needed * latency, needed, made
+
+
+def main() -> None:
+    from agents import logs
+
+    logs.configure(level="warning")
+    print("\n## networked swarm (processes on loopback)\n")
+    print("### gossip propagation to every member (40 events at 5/s, observers only)")
+    print("| members | p50 to all (ms) | p99 to all (ms) | deliveries by sync (gossip lost) | never seen by all |")
+    print("|---:|---:|---:|---:|---:|")
+    for members in (4, 8, 16):
+        p50, p99, missing, synced = propagation(members)
+        print(f"| {members} | {p50:.0f} | {p99:.0f} | {synced} of {members * 40} | {missing} |", flush=True)
+
+    print("\n### late joiner catch-up by sync alone (`swarm observe`, one-shot)")
+    base = catch_up(1)
+    print("| events | wall (s) | minus 1-event baseline (s) | events/s |")
+    print("|---:|---:|---:|---:|")
+    print(f"| 1 (baseline) | {base:.1f} | - | - |", flush=True)
+    for events in (1_000, 10_000, 100_000):
+        seconds = catch_up(events)
+        net = max(seconds - base, 1e-3)
+        print(f"| {events:,} | {seconds:.1f} | {net:.1f} | {events / net:,.0f} |", flush=True)
+
+    print("\n### price of democracy (`swarm plan`, 3/3/3, quorum 2, scripted 0.5 s mean per call)")
+    wall, sequential, needed, made = democracy(0.5)
+    print(f"swarm wall time {wall:.1f} s (includes starting 11 processes); the {needed} calls the accepted "
+          f"plan needs, one after another: {sequential:.1f} s; ratio {wall / sequential:.2f}. "
+          f"Model calls made by the swarm: about {made} ({made / needed:.1f}x the minimum).")
+
+
+if __name__ == "__main__":
+    main()
