@@ -24,11 +24,12 @@ from tests.netns import NetnsLab
 
 class LocalCluster:
     def __init__(self, root: Path, name: str, llm_latency: float = 0.2,
-                 latency_by_role: dict[str, float] | None = None) -> None:
+                 latency_by_role: dict[str, float] | None = None, mdns_only: bool = False) -> None:
         self.root = root
         self.name = name
         self.llm_latency = llm_latency
         self.latency_by_role = latency_by_role or {}
+        self.mdns_only = mdns_only  # no bootstrap addresses: members must find each other by mDNS
         self.procs: dict[str, Proc] = {}
         self.roles: dict[str, str] = {}
 
@@ -58,7 +59,8 @@ class LocalCluster:
                 continue
             (proc.data_dir / "addrs").unlink(missing_ok=True)
             strategy = STRATEGIES[int(name.rsplit("-", 1)[1]) % len(STRATEGIES)]
-            start_agent(proc, self.roles[name], list(self.procs.values()), cluster=self.name,
+            peers = [] if self.mdns_only else list(self.procs.values())
+            start_agent(proc, self.roles[name], peers, cluster=self.name, mdns=self.mdns_only,
                         llm_latency=self.latency_by_role.get(self.roles[name], self.llm_latency),
                         strategy=strategy)
         for name in chosen:

@@ -47,6 +47,8 @@ class NetnsLab:
         _ip("-n", namespace, "addr", "add", f"{ip}/24", "dev", inner)
         _ip("-n", namespace, "link", "set", inner, "up")
         _ip("-n", namespace, "link", "set", "lo", "up")
+        # multicast (mDNS) goes out on the bridge; there is no default route, so nothing else leaves it
+        _ip("-n", namespace, "route", "add", "224.0.0.0/4", "dev", inner)
         self.hosts[name] = (namespace, ip)
         return ip, ("ip", "netns", "exec", namespace)
 

@@ -53,14 +53,16 @@ def swarm_command() -> list[str]:
 
 def start_agent(
     proc: Proc, role: str, peers: list[Proc], *, cluster: str, llm: str = "scripted",
-    llm_latency: float = 0.0, strategy: str = "activity",
+    llm_latency: float = 0.0, strategy: str = "activity", mdns: bool = False,
 ) -> None:
     """Start ``swarm agent`` for ``proc``, bootstrapping to every other peer; its output goes to agent.log."""
     command = [
         *proc.prefix, *swarm_command(), "agent", "--role", role, "--data-dir", str(proc.data_dir),
-        "--listen", f"/ip4/{proc.ip}/tcp/{proc.port}", "--cluster", cluster, "--no-mdns",
+        "--listen", f"/ip4/{proc.ip}/tcp/{proc.port}", "--cluster", cluster,
         "--llm", llm, "--llm-latency", str(llm_latency), "--strategy", strategy,
     ]
+    if not mdns:
+        command.append("--no-mdns")
     for peer in peers:
         if peer is not proc:
             command += ["--bootstrap", peer.address]

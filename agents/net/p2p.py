@@ -177,6 +177,10 @@ class Libp2pNetwork:
         return self._validator is None or bool(self._validator(message.data))
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        if self._mdns:
+            # before the host starts: it starts mDNS itself, and a peer found before we
+            # listen would be announced to nobody (mDNS does not announce known peers again)
+            self._listen_for_mdns()
         async with (
             self.host.run(self._listen),
             trio.open_nursery() as nursery,
@@ -187,8 +191,6 @@ class Libp2pNetwork:
             self._pubsub.set_topic_validator(self.topic, self._validate, False)
             subscription = await self._pubsub.subscribe(self.topic)
             self.host.set_stream_handler(SYNC_PROTOCOL, self._on_stream)
-            if self._mdns:
-                self._listen_for_mdns()
             nursery.start_soon(self._drain, subscription)
             nursery.start_soon(self._dial_loop)
             nursery.start_soon(self._liveness_loop)

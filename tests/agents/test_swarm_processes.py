@@ -214,3 +214,24 @@ def test_a_partition_then_a_heal_converges_every_member_to_one_digest(make_clust
     assert tree.complete and tree.digest == digest
     _quorum_respected(tree, 2)
     _no_leaf_with_two_results(tree)
+
+
+def test_members_with_no_bootstrap_find_each_other_by_mdns(make_cluster, lab) -> None:
+    cluster = make_cluster(mdns_only=True)
+    cluster.add("decomposer", 1, lab)
+    cluster.add("scorer", 1, lab)
+    cluster.add("executor", 1, lab)
+    cluster.start()
+    client_ip, prefix = lab.add_host("client")
+    run = subprocess.run(
+        [*prefix, *swarm_command(), "submit", "Organise a team offsite", "--quorum", "1", "--max-depth", "2",
+         "--cluster", cluster.name, "--listen", f"/ip4/{client_ip}/tcp/0", "--timeout", "40",
+         "--data-dir", str(cluster.root / "client")],
+        capture_output=True, text=True, timeout=90,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    cluster.wait_for("the plan to complete", lambda: cluster.tree("executor-0").complete)
+    cluster.wait_converged()
+    for name, proc in cluster.procs.items():
+        log = (proc.data_dir / "agent.log").read_text()
+        assert '"discovered by mdns"' in log, f"{name} found nobody by mDNS"
