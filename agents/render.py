@@ -104,6 +104,8 @@ def plan_json(tree: PlanTree, *, refused: int = 0, extra: dict[str, Any] | None 
              "status": c.status, "lease_until": ts_list(c.lease_until)}
             for c in sorted(tree.claims.values(), key=lambda c: (c.at, c.id))
         ],
+        "members": [{"peer": peer, "role": role, "models": list(models)}
+                    for peer, (role, models) in tree.members.items()],
         "events": tree.events,
         "pending": tree.pending,
         "refused": refused,

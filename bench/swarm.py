@@ -140,7 +140,7 @@ def catch_up(events: int) -> float:
 def democracy(latency: float = 0.5) -> tuple[float, float, int, int]:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        run = subprocess.run([*swarm_command(), "plan", "Plan a two-week trip to Japan", "--out", tmp,
+        run = subprocess.run([*swarm_command(), "plan", "Plan a two-week trip to Japan", "--out", tmp, "--llm", "scripted",
                               "--llm-latency", str(latency), "--timeout", "300"], capture_output=True, text=True)
         wall = time.perf_counter() - start
         if run.returncode != 0:

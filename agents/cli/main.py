@@ -88,7 +88,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         "reorganisations": result.reorganisations,
         "virtual_seconds": result.virtual_ms / 1000,
         "model_calls": result.model_calls,
-        "members": [{"backend": "scripted", "model": "scripted-v1"}],
         "seed": args.seed,
     }
     if args.json:

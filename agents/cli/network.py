@@ -83,7 +83,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
     backend = None
     if args.role != "observer":
         try:
-            backend = llm.create(args.llm, seed=int(identity.public_key[:4].hex(), 16), latency=args.llm_latency)
+            backend = llm.create(args.llm, seed=int(identity.public_key[:4].hex(), 16), latency=args.llm_latency,
+                                 model=args.model, threads=args.llm_threads, timeout=args.llm_timeout,
+                                 url=args.llm_url)
         except llm.LLMError as exc:
             raise CommandError(str(exc)) from None
     network = _network(identity, args)
@@ -100,6 +102,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
     trio.run(main)
     store.close()
+    if backend is not None:
+        log.info("model usage", backend=backend.name, model=backend.model, calls=getattr(backend, "calls", 0),
+                 tokens=getattr(backend, "tokens", 0), seconds=round(getattr(backend, "seconds", 0.0), 2))
     return 0
 
 
@@ -244,14 +249,43 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_llm_options(parser: argparse.ArgumentParser, latency_default: float) -> None:
+    from agents import llm
+
+    parser.add_argument("--llm", default="llama", choices=llm.available(),
+                        help="model backend: llama (local GGUF, the default), openai (an OpenAI-compatible "
+                             "server, --llm-url) or scripted (deterministic stand-in)")
+    parser.add_argument("--model", metavar="PATH", help="llama: a GGUF file (default: SWARM_MODEL, else the packaged Qwen 0.5B)")
+    parser.add_argument("--llm-url", metavar="URL", help="openai: API base of an OpenAI-compatible server")
+    parser.add_argument("--llm-threads", type=int, default=1,
+                        help="llama: CPU threads per member (keep members x threads <= cores)")
+    parser.add_argument("--llm-timeout", type=float, default=120.0, help="seconds a model call may take")
+    parser.add_argument("--llm-latency", type=float, default=latency_default,
+                        help="scripted: mean seconds per call")
+
+
+def cmd_model(args: argparse.Namespace) -> int:
+    from agents.llm.model_files import ModelFileError, resolve
+
+    try:
+        file = resolve(args.model)
+    except ModelFileError as exc:
+        raise CommandError(str(exc)) from None
+    print(f"{file.name}\n  path   {file.path}\n  sha256 {file.sha256}")
+    return 0
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
     from agents.llm.scripted import STRATEGIES
+
+    model = sub.add_parser("model", help="find, join and verify the local model's weights; print where they are")
+    model.add_argument("--model", metavar="PATH", help="a GGUF file instead of SWARM_MODEL or the packaged default")
+    model.set_defaults(run=cmd_model)
 
     agent = sub.add_parser("agent", help="run one swarm member (a role) until stopped")
     agent.add_argument("--role", required=True, choices=["decomposer", "scorer", "executor", "observer"])
     agent.add_argument("--data-dir", required=True, help="the member's identity key, event store and addrs file")
-    agent.add_argument("--llm", default="scripted", help="model backend")
-    agent.add_argument("--llm-latency", type=float, default=0.0, help="scripted model: mean seconds per call")
+    add_llm_options(agent, latency_default=0.0)
     agent.add_argument("--strategy", default="activity", choices=STRATEGIES, help="decomposer: preferred split")
     add_network_options(agent)
     agent.set_defaults(run=cmd_agent)

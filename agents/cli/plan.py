@@ -11,6 +11,7 @@ part in the plan: it only starts processes and reads the observer's files.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -53,13 +54,13 @@ def swarm_command() -> list[str]:
 
 def start_agent(
     proc: Proc, role: str, peers: list[Proc], *, cluster: str, llm: str = "scripted",
-    llm_latency: float = 0.0, strategy: str = "activity", mdns: bool = False,
+    llm_latency: float = 0.0, strategy: str = "activity", mdns: bool = False, llm_extra: tuple[str, ...] = (),
 ) -> None:
     """Start ``swarm agent`` for ``proc``, bootstrapping to every other peer; its output goes to agent.log."""
     command = [
         *proc.prefix, *swarm_command(), "agent", "--role", role, "--data-dir", str(proc.data_dir),
         "--listen", f"/ip4/{proc.ip}/tcp/{proc.port}", "--cluster", cluster,
-        "--llm", llm, "--llm-latency", str(llm_latency), "--strategy", strategy,
+        "--llm", llm, "--llm-latency", str(llm_latency), "--strategy", strategy, *llm_extra,
     ]
     if not mdns:
         command.append("--no-mdns")
@@ -85,6 +86,32 @@ def stop(procs: list[Proc], grace: float = 5.0) -> None:
             proc.process.wait()
 
 
+def preflight_model(model: str | None) -> None:
+    """Resolve (join and verify) the weights once here, not in nine members at once."""
+    from agents.llm.model_files import ModelFileError, resolve
+
+    try:
+        file = resolve(model)
+    except ModelFileError as exc:
+        raise CommandError(str(exc)) from None
+    print(f"model {file.name} ({file.path}, sha256 {file.sha256[:16]}...)", flush=True)
+
+
+def model_usage(procs: list[Proc]) -> dict[str, int | float]:
+    """Sum the "model usage" line each member logs when it stops."""
+    total: dict[str, int | float] = {"calls": 0, "tokens": 0, "seconds": 0.0}
+    for proc in procs:
+        log_file = proc.data_dir / "agent.log"
+        if not log_file.exists():
+            continue
+        for line in log_file.read_text(errors="replace").splitlines():
+            if '"model usage"' in line:
+                record = json.loads(line)
+                for key in total:
+                    total[key] += record.get(key, 0)
+    return total
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.quorum > args.scorers:
         raise CommandError(f"quorum {args.quorum} can never be reached by {args.scorers} scorer(s); "
@@ -106,13 +133,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
         data_dir = members_dir / f"{role}-{i}"
         identity = load_or_create(data_dir)
         procs.append(Proc(f"{role}-{i}", data_dir, free_port(), identity.peer_id))
+    llm_extra = ("--llm-threads", str(args.llm_threads), "--llm-timeout", str(args.llm_timeout),
+                 *(("--model", args.model) if args.model else ()),
+                 *(("--llm-url", args.llm_url) if args.llm_url else ()))
+    if args.llm == "llama":
+        preflight_model(args.model)
     started = time.monotonic()
     print(f"starting {len(procs)} members ({args.decomposers} decomposers, {args.scorers} scorers, "
           f"{args.executors} executors, quorum {args.quorum}) in {members_dir}", flush=True)
     try:
         for (role, i), proc in zip(roles, procs, strict=True):
             start_agent(proc, role, procs, cluster=args.cluster, llm=args.llm,
-                        llm_latency=args.llm_latency, strategy=STRATEGIES[i % len(STRATEGIES)])
+                        llm_latency=args.llm_latency, strategy=STRATEGIES[i % len(STRATEGIES)],
+                        llm_extra=llm_extra)
         bootstrap = [arg for p in procs for arg in ("--bootstrap", p.address)]
         common = ["--cluster", args.cluster, "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0", *bootstrap]
         submit = subprocess.run(
@@ -134,6 +167,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     finally:
         stop(procs)
     elapsed = time.monotonic() - started
+    usage = model_usage(procs)
+    if usage["calls"]:
+        print(f"model: {usage['calls']} calls, {usage['tokens']} tokens generated in {elapsed:.0f} s "
+              f"({usage['tokens'] / elapsed:.1f} tokens/s for the whole swarm)")
+    plan_file = out / "plan.json"
+    if plan_file.exists():
+        record = json.loads(plan_file.read_text())
+        record["model_usage"] = {**usage, "wall_seconds": round(elapsed, 1)}
+        plan_file.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     if observer.returncode != 0:
         raise CommandError(f"the plan did not complete within {args.timeout:g} s (state above; member logs in "
                            f"{members_dir}/*/agent.log)")
@@ -150,8 +192,9 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     plan.add_argument("--quorum", type=int, default=2)
     plan.add_argument("--max-depth", type=int, default=3)
     plan.add_argument("--claim-lease", type=float, default=30.0, help="seconds")
-    plan.add_argument("--llm", default="scripted")
-    plan.add_argument("--llm-latency", type=float, default=0.5, help="scripted model: mean seconds per call")
+    from agents.cli.network import add_llm_options
+
+    add_llm_options(plan, latency_default=0.5)
     plan.add_argument("--out", default="out", help="where plan.json, plan.md and members/ go")
     plan.add_argument("--timeout", type=float, default=300.0)
     plan.add_argument("--cluster", default=f"plan-{os.getpid()}")

@@ -71,6 +71,7 @@ class ProposalBody(_Strict):
     node: Hex64
     strategy: _text(1, 40)
     subgoals: Annotated[tuple[Subgoal, ...], Field(min_length=2, max_length=6)]
+    model: _text(0, 120) = ""  # which model thought of it: "name@sha256-prefix"
 
 
 class VoteBody(_Strict):
@@ -83,6 +84,7 @@ class VoteBody(_Strict):
     coverage: Score
     approve: bool
     reason: _text(0, 500) = ""
+    model: _text(0, 120) = ""
 
 
 class ClaimBody(_Strict):
@@ -106,6 +108,7 @@ class ResultBody(_Strict):
     leaf: Hex64
     claim: Hex64
     output: _text(1, 8000)
+    model: _text(0, 120) = ""
 
 
 class FailureBody(_Strict):

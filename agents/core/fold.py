@@ -223,8 +223,21 @@ def fold(events: Iterable[Event]) -> PlanTree:
         equivocators=feeds.equivocators,
         issues=feeds.issues,
         heads=feeds.heads,
+        members=_members(feeds.accepted),
     )
     return replace(tree, digest=compute_digest(tree))
+
+
+def _members(events: Iterable[Event]) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Each author's role and the models its events say it thought with."""
+    roles: dict[str, str] = {}
+    models: dict[str, set[str]] = defaultdict(set)
+    for event in events:
+        roles[event.author] = event.role
+        model = getattr(event.body, "model", "")
+        if model:
+            models[event.author].add(model)
+    return {a: (roles[a], tuple(sorted(models[a]))) for a in sorted(roles)}
 
 
 def _roll_up(nodes: dict[str, Node], goals: list[Goal]) -> dict[str, Node]:

@@ -91,6 +91,7 @@ class PlanTree:
     equivocators: frozenset[str]
     issues: tuple[FeedIssue, ...] = ()
     heads: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+    members: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)  # author -> (role, models)
     digest: str = ""
 
     @property

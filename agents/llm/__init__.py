@@ -46,13 +46,32 @@ def create(name: str, **options: Any) -> Backend:
     return factory(**options)
 
 
-def _scripted(seed: int = 0, latency: float = 0.0) -> Backend:
+# Factories take the same keyword options (seed, latency, model, threads, timeout) and use
+# the ones that mean something to them: the CLI need not know which backend wants what.
+
+
+def _scripted(seed: int = 0, latency: float = 0.0, **_unused: object) -> Backend:
     from agents.llm.scripted import ScriptedBackend
 
     return ScriptedBackend(seed=seed, latency=latency)
 
 
+def _llama(seed: int = 0, model: str | None = None, threads: int = 1, timeout: float = 120.0,
+           **_unused: object) -> Backend:
+    from agents.llm.llama import LlamaBackend
+
+    return LlamaBackend(model=model, threads=threads, seed=seed, timeout_s=timeout)
+
+
+def _openai(url: str | None = None, model: str | None = None, timeout: float = 120.0, **_unused: object) -> Backend:
+    from agents.llm.openai_compat import OpenAIBackend
+
+    return OpenAIBackend(url=url, model=model, timeout_s=timeout)
+
+
 register("scripted", _scripted)
+register("openai", _openai)
+register("llama", _llama)
 
 __all__ = [
     "Backend",

@@ -24,6 +24,10 @@ from agents.roles.intents import Claim, Execute, Intent, Me, Propose, Renew, Vot
 EventBody = ProposalBody | VoteBody | ClaimBody | RenewBody | ResultBody | FailureBody
 
 
+def _model_tag(backend: Backend) -> str:
+    return f"{backend.name}:{backend.model}"[:120]
+
+
 def chain_of(tree: PlanTree, node: Node) -> tuple[str, ...]:
     titles = [node.title]
     while node.parent is not None:
@@ -65,6 +69,7 @@ def compose(intent: Intent, tree: PlanTree, backend: Backend, me: Me) -> EventBo
                 return None
             return ProposalBody(
                 node=node_id,
+                model=_model_tag(backend),
                 strategy=split.strategy[:40] or me.strategy,
                 subgoals=tuple(
                     Subgoal(title=s.title[:120], description=s.description[:1000],
@@ -85,6 +90,7 @@ def compose(intent: Intent, tree: PlanTree, backend: Backend, me: Me) -> EventBo
             return VoteBody(
                 proposal=proposal_id, clarity=scores.clarity, non_overlap=scores.non_overlap,
                 coverage=scores.coverage, approve=scores.approve, reason=scores.reason[:500],
+                model=_model_tag(backend),
             )
         case Execute(leaf=leaf_id, claim=claim):
             node = tree.nodes[leaf_id]
@@ -96,5 +102,5 @@ def compose(intent: Intent, tree: PlanTree, backend: Backend, me: Me) -> EventBo
                 return FailureBody(leaf=leaf_id, claim=claim, reason=str(exc)[:500] or "model failed")
             if not output.strip():
                 return FailureBody(leaf=leaf_id, claim=claim, reason="the model returned an empty answer")
-            return ResultBody(leaf=leaf_id, claim=claim, output=output[:8000])
+            return ResultBody(leaf=leaf_id, claim=claim, output=output[:8000], model=_model_tag(backend))
     return None

@@ -20,6 +20,7 @@ class Me:
 @dataclass(frozen=True)
 class Propose:
     node: str
+    attempt: int = 1  # a decomposer proposes again when its last split was rejected
 
 
 @dataclass(frozen=True)

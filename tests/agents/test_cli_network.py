@@ -18,7 +18,7 @@ def swarm(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_swarm_plan_runs_a_whole_swarm_and_writes_the_plan(tmp_path) -> None:
-    run = swarm("plan", "Plan a two-week trip to Japan", "--out", str(tmp_path), "--llm-latency", "0.1",
+    run = swarm("plan", "Plan a two-week trip to Japan", "--out", str(tmp_path), "--llm", "scripted", "--llm-latency", "0.1",
                 "--timeout", "120")
     assert run.returncode == 0, run.stderr[-3000:]
     plan = json.loads((tmp_path / "plan.json").read_text())

@@ -1,0 +1,76 @@
+"""``openai``: any OpenAI-compatible chat endpoint (llama.cpp's server, Ollama, vLLM, ...).
+
+``--llm-url`` is the API base (e.g. ``http://127.0.0.1:8080/v1``); the key, if
+the server wants one, comes from ``SWARM_LLM_API_KEY`` (never from a flag, so it
+stays out of process listings and logs). Structured answers ask for
+``response_format: json_schema`` (OpenAI's form); a server that rejects it (as
+``llama_cpp.server`` 0.3.36 does) is asked with ``json_object`` plus ``schema``,
+its own form, from then on. The prompts, retries and deterministic checks are the
+same as for the local model (``prompted.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import httpx
+
+from agents.llm.base import LLMError
+from agents.llm.prompted import PromptedBackend
+
+API_KEY_VARIABLE = "SWARM_LLM_API_KEY"
+
+
+class OpenAIBackend(PromptedBackend):
+    name = "openai"
+
+    def __init__(self, url: str | None, model: str | None = None, timeout_s: float = 120.0,
+                 retries: int = 2) -> None:
+        super().__init__()
+        if not url:
+            raise LLMError("--llm openai needs --llm-url, the API base of an OpenAI-compatible server "
+                           "(e.g. http://127.0.0.1:8080/v1)")
+        self.url = url.rstrip("/")
+        self.model = model or "default"
+        self.retries = retries
+        headers = {"Authorization": f"Bearer {key}"} if (key := os.environ.get(API_KEY_VARIABLE)) else {}
+        self._client = httpx.Client(timeout=timeout_s, headers=headers)
+        self._schema_forms = ["json_schema", "json_object"]  # the first one the server accepts stays first
+
+    def _generate(self, messages: list[dict[str, str]], schema: dict[str, Any] | None, max_tokens: int,
+                  allow_cut: bool = False) -> str:
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_tokens,
+                                "temperature": 0.2}
+        started = time.monotonic()
+        while True:
+            if schema is not None:
+                body["response_format"] = (
+                    {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+                    if self._schema_forms[0] == "json_schema" else {"type": "json_object", "schema": schema}
+                )
+            try:
+                response = self._client.post(f"{self.url}/chat/completions", json=body)
+            except httpx.HTTPError as exc:
+                raise LLMError(f"cannot reach the model server at {self.url}: {exc!r}") from None
+            rejected_form = schema is not None and response.status_code in (400, 422, 500) \
+                and "response_format" in response.text and len(self._schema_forms) > 1
+            if not rejected_form:
+                break
+            self._schema_forms.pop(0)
+        if response.status_code != 200:
+            raise LLMError(f"the model server answered {response.status_code}: {response.text[:300]}")
+        try:
+            choice = response.json()["choices"][0]
+            text = choice["message"]["content"] or ""
+            finish = choice.get("finish_reason")
+            usage = response.json().get("usage") or {}
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise LLMError(f"the model server's answer is not an OpenAI chat completion: {exc!r}") from None
+        self.calls += 1
+        self.seconds += time.monotonic() - started
+        self.tokens += int(usage.get("completion_tokens") or 0)
+        if finish != "stop" and not (allow_cut and finish == "length"):
+            raise LLMError(f"the answer was cut off (finish_reason {finish!r})")
+        return text

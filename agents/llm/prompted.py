@@ -1,0 +1,173 @@
+"""The prompts and answer handling shared by every real model backend.
+
+A subclass supplies ``_generate(messages, schema, max_tokens) -> text`` (raising
+``LLMError`` for a cut-off or failed call); this class asks the three questions,
+parses and retries (the error is fed back, at most ``retries`` times), and
+combines the model's rubric with the deterministic checks of ``checks.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agents.llm.base import (
+    DecomposeRequest,
+    ExecuteRequest,
+    LLMError,
+    ScoreRequest,
+    Scores,
+    Split,
+    SubgoalDraft,
+)
+from agents.llm.checks import check_split
+
+SYSTEM = "You are a careful planning assistant. Be concrete and specific. Never restate the task vaguely."
+STRATEGY_HINTS = {
+    "geography": "split by place (cities, regions, venues)",
+    "activity": "split by kind of work (e.g. transport, lodging, food, bookings)",
+    "day": "split by time (days, weeks, phases in order)",
+}
+_SCORE = {"type": "integer", "enum": [1, 2, 3, 4, 5]}
+SPLIT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "strategy": {"type": "string", "maxLength": 30},
+        "subgoals": {
+            "type": "array", "minItems": 2, "maxItems": 6,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "title": {"type": "string", "minLength": 3, "maxLength": 80},
+                    "description": {"type": "string", "maxLength": 140},
+                    "executable": {"type": "boolean"},
+                },
+                "required": ["title", "description", "executable"],
+            },
+        },
+    },
+    "required": ["strategy", "subgoals"],
+}
+SCORE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"clarity": _SCORE, "non_overlap": _SCORE, "coverage": _SCORE,
+                   "reason": {"type": "string", "maxLength": 160}},
+    "required": ["clarity", "non_overlap", "coverage", "reason"],
+}
+
+
+
+def trim_cut(text: str) -> str:
+    """Drop a half-written last sentence or line from an answer that hit its token budget."""
+    text = text.strip()
+    line = text.rfind("\n")
+    if line > len(text) // 2:
+        return text[:line].strip()
+    sentence = text.rfind(". ")
+    return text[: sentence + 1].strip() if sentence > len(text) // 2 else text
+
+
+class PromptedBackend:
+    """Base for real models. Subclasses set ``name``, ``model`` and implement ``_generate``."""
+
+    name = "prompted"
+    model = ""
+    retries = 2
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.tokens = 0
+        self.seconds = 0.0
+
+    def latency_s(self, kind: str, key: str) -> float:
+        return 0.0  # a real model simply takes its time
+
+    def _generate(self, messages: list[dict[str, str]], schema: dict[str, Any] | None, max_tokens: int,
+                  allow_cut: bool = False) -> str:
+        """The answer text. ``finish_reason`` must be "stop", or, with ``allow_cut``, "length"
+        (a free-text answer that reached its token budget is trimmed, not thrown away)."""
+        raise NotImplementedError
+
+    def _json(self, prompt: str, schema: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
+        problem = ""
+        for _ in range(self.retries + 1):
+            try:
+                raw = self._generate(messages, schema, max_tokens)
+                data = json.loads(raw)
+                if not isinstance(data, dict):
+                    raise ValueError("expected a JSON object")
+                return data
+            except (LLMError, ValueError) as exc:
+                problem = str(exc)
+                messages = [*messages[:2], {"role": "user", "content":
+                            f"{prompt}\n\nYour previous answer was unusable ({problem}). Answer again, "
+                            "shorter, as one JSON object."}]
+        raise LLMError(f"no usable answer after {self.retries + 1} tries: {problem}")
+
+    # --- the three questions -----------------------------------------------------
+
+    def decompose(self, request: DecomposeRequest) -> Split:
+        hint = STRATEGY_HINTS.get(request.strategy, "any clear way of dividing it")
+        last_level = request.depth + 1 >= request.max_depth
+        prompt = (
+            f"Overall goal: {request.goal}\n"
+            f"Task to split: {' > '.join(request.chain)}\n"
+            + (f"Details: {request.description}\n" if request.description else "")
+            + f"\nSplit the task into 3 to 5 subgoals. Strategy \"{request.strategy}\": {hint}.\n"
+            + (f"Others already proposed splits by {', '.join(request.taken)}: make yours different.\n"
+               if request.taken else "")
+            + "Do not repeat the task itself as a subgoal: each subgoal is a distinct part of it. "
+              "Each subgoal needs a short specific title that names something concrete (a place, a booking, "
+              "a document, a decision), a one-sentence description, and \"executable\": true if one person "
+              "can do it in one sitting without more planning."
+            + (" All subgoals must be executable." if last_level else "")
+        )
+        data = self._json(prompt, SPLIT_SCHEMA, max_tokens=400)
+        subgoals = tuple(
+            SubgoalDraft(str(s["title"]).strip()[:120], str(s["description"]).strip()[:1000],
+                         bool(s["executable"]) or last_level)
+            for s in data["subgoals"] if str(s["title"]).strip()
+        )
+        if len(subgoals) < 2:
+            raise LLMError("the model proposed fewer than 2 usable subgoals")
+        return Split(str(data.get("strategy") or request.strategy).strip()[:40] or request.strategy, subgoals)
+
+    def score(self, request: ScoreRequest) -> Scores:
+        listing = "\n".join(f"- {title}" for title in request.subgoals)
+        prompt = (
+            f"Overall goal: {request.goal}\nTask: {' > '.join(request.chain)}\n"
+            f"Proposed split ({request.strategy}):\n{listing}\n\n"
+            "Score the split from 1 (bad) to 5 (excellent): clarity (is each subgoal concrete and actionable?), "
+            "non_overlap (do subgoals avoid repeating each other?), coverage (together, do they cover the task?). "
+            "Give a short reason."
+        )
+        data = self._json(prompt, SCORE_SCHEMA, max_tokens=120)
+        report = check_split(" ".join(request.chain[-1:]) or request.goal, [(t, "") for t in request.subgoals])
+        clarity = min(int(data["clarity"]), report.clarity)
+        non_overlap = min(int(data["non_overlap"]), report.non_overlap)
+        coverage = round((int(data["coverage"]) + report.coverage_score) / 2)
+        approve = report.passes and min(clarity, non_overlap) >= 3 and coverage >= 2
+        reason = f"model: {str(data.get('reason', ''))[:160]} | checks: {report.explain()}"
+        return Scores(clarity, non_overlap, coverage, approve, reason)
+
+    def execute(self, request: ExecuteRequest) -> str:
+        messages = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": (
+                f"Overall goal: {request.goal}\nYour task: {' > '.join(request.chain)}\n"
+                + (f"Details: {request.description}\n" if request.description else "")
+                + "Do the task: give the concrete result in at most 4 short sentences or a short list "
+                  "(names, numbers, steps). No preamble, no greeting.")},
+        ]
+        problem = ""
+        for _ in range(self.retries + 1):
+            try:
+                answer = trim_cut(self._generate(messages, None, max_tokens=180, allow_cut=True))
+            except LLMError as exc:
+                problem = str(exc)
+                continue
+            if answer:
+                return answer
+            problem = "empty answer"
+        raise LLMError(f"no usable answer after {self.retries + 1} tries: {problem}")
