@@ -19,7 +19,7 @@ lost, other members' periodic pulls fetch them.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import structlog
 import trio
@@ -59,7 +59,6 @@ class MemberStats:
     published: int = 0
     reorganisations: int = 0
     model_calls: int = 0
-    refusals: list[str] = field(default_factory=list)
 
 
 class Member:

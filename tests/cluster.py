@@ -50,6 +50,11 @@ class LocalCluster:
             names.append(name)
         return names
 
+    def shape(self, decomposers: int, scorers: int, executors: int, lab: NetnsLab | None = None) -> list[str]:
+        """Add that many members of each role; returns their names."""
+        return (self.add("decomposer", decomposers, lab) + self.add("scorer", scorers, lab)
+                + self.add("executor", executors, lab))
+
     def start(self, *names: str) -> None:
         """Start members and return once each is listening (it has written a fresh addrs file)."""
         chosen = names or tuple(self.procs)

@@ -89,6 +89,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         except llm.LLMError as exc:
             raise CommandError(str(exc)) from None
     network = _network(identity, args)
+    members: list[Member] = []
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -96,12 +97,15 @@ def cmd_agent(args: argparse.Namespace) -> int:
             await nursery.start(network.run)
             _write_addrs(data_dir, network.addresses())
             member = Member(identity, args.role, store, network, args.cluster, backend, args.strategy)
+            members.append(member)
             await nursery.start(member.run)
             log.info("member running", role=args.role, peer=identity.peer_id, data_dir=str(data_dir),
                      events=len(member.index))
 
     trio.run(main)
     store.close()
+    if members:
+        log.info("member stats", **vars(members[0].stats))
     if backend is not None:
         log.info("model usage", backend=backend.name, model=backend.model, calls=getattr(backend, "calls", 0),
                  tokens=getattr(backend, "tokens", 0), seconds=round(getattr(backend, "seconds", 0.0), 2))

@@ -45,9 +45,7 @@ def _quorum_respected(tree, quorum: int) -> None:
 
 def test_plan_completes_every_member_agrees_and_a_late_observer_rebuilds_it(make_cluster, tmp_path) -> None:
     cluster = make_cluster()
-    cluster.add("decomposer", 2)
-    cluster.add("scorer", 3)
-    cluster.add("executor", 2)
+    cluster.shape(2, 3, 2)
     cluster.start()
     cluster.submit("Plan a two-week trip to Japan")
     cluster.wait_for("the plan to complete", lambda: cluster.tree("executor-0").complete)
@@ -78,9 +76,7 @@ def test_plan_completes_every_member_agrees_and_a_late_observer_rebuilds_it(make
 
 def test_a_decomposer_killed_half_way_does_not_stop_the_plan(make_cluster) -> None:
     cluster = make_cluster()
-    cluster.add("decomposer", 3)
-    cluster.add("scorer", 3)
-    cluster.add("executor", 2)
+    cluster.shape(3, 3, 2)
     cluster.start()
     cluster.submit("Organise a wedding")
     victim = cluster.procs["decomposer-0"].peer_id
@@ -94,9 +90,7 @@ def test_a_decomposer_killed_half_way_does_not_stop_the_plan(make_cluster) -> No
 
 def test_two_of_three_scorers_down_nothing_is_accepted_then_one_returns_and_it_completes(make_cluster) -> None:
     cluster = make_cluster()
-    cluster.add("decomposer", 2)
-    cluster.add("scorer", 3)
-    cluster.add("executor", 2)
+    cluster.shape(2, 3, 2)
     cluster.start()
     cluster.kill("scorer-1")
     cluster.kill("scorer-2")
@@ -133,9 +127,7 @@ def _events_in(data_dir):
 def test_an_executor_killed_holding_a_claim_loses_it_when_the_lease_lapses(make_cluster) -> None:
     # executors think slowly (1.5-4.5 s a leaf) under a 2 s lease that they renew while working
     cluster = make_cluster(latency_by_role={"executor": 3.0})
-    cluster.add("decomposer", 1)
-    cluster.add("scorer", 2)
-    cluster.add("executor", 2)
+    cluster.shape(1, 2, 2)
     cluster.start()
     cluster.submit("Move house to another city", quorum=2, max_depth=1, lease=2.0)
     victim = cluster.procs["executor-0"].peer_id
@@ -156,9 +148,7 @@ def test_an_executor_killed_holding_a_claim_loses_it_when_the_lease_lapses(make_
 
 def test_a_member_restarted_from_its_data_dir_keeps_everything_and_catches_up(make_cluster) -> None:
     cluster = make_cluster()
-    cluster.add("decomposer", 2)
-    cluster.add("scorer", 3)
-    cluster.add("executor", 2)
+    cluster.shape(2, 3, 2)
     cluster.start()
     goal = cluster.submit("Write a research survey on CRDTs")
     scorers = {cluster.procs[n].peer_id: n for n in ("scorer-0", "scorer-1", "scorer-2")}
@@ -218,9 +208,7 @@ def test_a_partition_then_a_heal_converges_every_member_to_one_digest(make_clust
 
 def test_members_with_no_bootstrap_find_each_other_by_mdns(make_cluster, lab) -> None:
     cluster = make_cluster(mdns_only=True)
-    cluster.add("decomposer", 1, lab)
-    cluster.add("scorer", 1, lab)
-    cluster.add("executor", 1, lab)
+    cluster.shape(1, 1, 1, lab)
     cluster.start()
     client_ip, prefix = lab.add_host("client")
     run = subprocess.run(
