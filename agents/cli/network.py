@@ -184,9 +184,9 @@ def cmd_observe(args: argparse.Namespace) -> int:
             state["member"] = member
             await nursery.start(member.run)
             with trio.move_on_after(args.timeout) as deadline:
-                if not await _connected(network, args.timeout):
-                    pass
-                elif args.follow or args.until_complete:
+                while not network.connected_peers():
+                    await trio.sleep(0.1)
+                if args.follow or args.until_complete:
                     last = ""
                     while not (args.until_complete and member.tree.complete):
                         line = _progress(member)

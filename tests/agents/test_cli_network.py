@@ -54,6 +54,13 @@ def test_bad_input_names_the_problem(args, code, message) -> None:
     assert message in run.stderr
 
 
+def test_observe_with_nobody_to_ask_fails_instead_of_printing_an_empty_plan(tmp_path) -> None:
+    run = swarm("observe", "--no-mdns", "--timeout", "2", "--data-dir", str(tmp_path),
+                "--bootstrap", "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWGSrXQQXYp31AUbZ64eJMb3hGywN4dmzpaZW3rWW22EfF")
+    assert run.returncode == 1
+    assert "no peer answered within 2 s" in run.stderr
+
+
 def test_submit_to_nobody_gives_up_with_a_reason(tmp_path) -> None:
     run = swarm("submit", "g", "--no-mdns", "--timeout", "2", "--data-dir", str(tmp_path),
                 "--bootstrap", "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWGSrXQQXYp31AUbZ64eJMb3hGywN4dmzpaZW3rWW22EfF")
