@@ -6,7 +6,10 @@ GOAL ?= Plan a two-week trip to Japan
 OUT ?= out
 SEED ?= 0
 
-.PHONY: install install-core test test-fast bench lint swarm wheels quality clean
+SEEDS ?= 300
+FAULTS ?= all
+
+.PHONY: install install-core test test-fast bench lint swarm sim wheels quality clean
 
 # The local model: llama-cpp-python is only on PyPI as source (it compiles llama.cpp,
 # about 4 minutes on 2 cores), so its wheel is built once, portable (no -march=native),
@@ -44,6 +47,11 @@ test-fast: install
 
 bench: install
 	$(BIN)/python -m bench
+
+# The deterministic simulation: SEEDS seeded runs of the real roles over a simulated
+# network with FAULTS, every run judged by the checkers; report in reports/sim/.
+sim: install-core
+	$(BIN)/swarm sim --seeds $(SEEDS) --faults $(FAULTS) --report reports/sim
 
 lint: install-core
 	$(BIN)/ruff check agents chaos tests bench

@@ -19,6 +19,7 @@ lost, other members' periodic pulls fetch them.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
@@ -44,6 +45,21 @@ log = structlog.get_logger("swarm.member")
 SYNC_INTERVAL = 3.0
 ACT_INTERVAL = 0.25
 RENEW_SPACING_FRACTION = 0.25  # at most one renewal per quarter lease
+
+
+def describe(event: Event) -> str:
+    """A short human account of an event, for traces."""
+    body = event.body
+    what = f"{event.kind} {event.id[:8]}"
+    if event.kind == "proposal":
+        return f"{what} on node {body.node[:8]}: {body.strategy}, {len(body.subgoals)} subgoals"
+    if event.kind == "vote":
+        return f"{what} {'approving' if body.approve else 'rejecting'} proposal {body.proposal[:8]}"
+    if event.kind in ("claim",):
+        return f"{what} on leaf {body.leaf[:8]} at {event.ts}"
+    if event.kind in ("renew", "result", "failure"):
+        return f"{what} for claim {body.claim[:8]} at {event.ts}"
+    return what
 
 
 def wall_ms() -> int:
@@ -72,7 +88,12 @@ class Member:
         backend: Backend | None = None,
         strategy: str = "activity",
         now_ms=wall_ms,
+        think_in_thread: bool = True,
+        trace: Callable[[str], None] | None = None,
     ) -> None:
+        """``think_in_thread=False`` runs model calls inline: the simulated world needs it,
+        since a thread's real duration would let a mock clock jump. ``trace`` receives a
+        one-line account of each thing this member does (the simulator's trace)."""
         self.role = role
         self.store = store
         self.network = network
@@ -95,6 +116,8 @@ class Member:
         self._done: set[Intent] = set()
         self._last_renew: dict[str, int] = {}
         self._log = log.bind(role=role, peer=identity.peer_id[-8:])
+        self._think_in_thread = think_in_thread
+        self._trace = trace
 
     # --- events in ------------------------------------------------------------
 
@@ -130,6 +153,8 @@ class Member:
         if changed:
             self.stats.reorganisations += len(changed)
             self._log.warning("reorganisation", nodes=[n[:10] for n in changed])
+            if self._trace:
+                self._trace(f"reorganisation of {len(changed)} node(s): {' '.join(n[:8] for n in changed)}")
         self.tree = tree
         if tree.pending:
             self.sync_now.set()
@@ -143,6 +168,8 @@ class Member:
         self._admit([event], "self")
         self.stats.published += 1
         self._log.info("published", kind=event.kind, event_id=event.id[:12], hlc=str(event.ts))
+        if self._trace:
+            self._trace(f"published {describe(event)}")
         try:
             await self.network.publish(event.to_wire())
         except Exception as exc:  # gossip is best-effort; sync carries the event anyway
@@ -201,6 +228,8 @@ class Member:
         added = self._admit(events, "sync") if events else 0
         if added:
             self._log.info("synced", peer=peer[-8:], events=added)
+            if self._trace:
+                self._trace(f"pulled {added} event(s) from {peer[-8:]}")
             if len(events) <= 100:  # per-event records only for small batches (benchmarks read them)
                 for event in events:
                     self._log.debug("admitted", event_id=event.id, via="sync")
@@ -267,12 +296,17 @@ class Member:
             if delay > 0:
                 await trio.sleep(delay)
             self.stats.model_calls += 1
-            body = await trio.to_thread.run_sync(compose, intent, tree, backend, self.me)
+            if self._think_in_thread:
+                body = await trio.to_thread.run_sync(compose, intent, tree, backend, self.me)
+            else:
+                body = compose(intent, tree, backend, self.me)
             if body is None:
                 self._done.discard(intent)  # the model failed; the policy will ask again
             elif isinstance(body, ResultBody) and self._claim_gone(body.leaf, body.claim):
                 # our claim lost or lapsed while we worked: the result could never be accepted
                 self._log.info("result discarded: claim no longer ours", leaf=body.leaf[:10])
+                if self._trace:
+                    self._trace(f"discarded its result for leaf {body.leaf[:8]}: claim no longer held")
             else:
                 await self.publish(body)
         finally:

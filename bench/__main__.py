@@ -1,4 +1,5 @@
-"""``make bench``: fold throughput, and the time to replay a 100k-event log.
+"""``make bench``: fold throughput, the time to replay a 100k-event log, simulated seeds/min
+(``bench.sim``) and the networked swarm (``bench.swarm``).
 
 Baseline: ``json.loads`` over the same lines, measured in the same run, so the
 ratios mean something on a noisy machine. Every figure is the median of
@@ -35,9 +36,13 @@ def median_seconds(action: Callable[[], object], repeats: int = REPEATS) -> floa
 
 
 def main() -> None:
-    which = sys.argv[1:] or ["core", "swarm"]
+    which = sys.argv[1:] or ["core", "sim", "swarm"]
     if "core" in which:
         core()
+    if "sim" in which:
+        from bench import sim
+
+        sim.main()
     if "swarm" in which:
         from bench import swarm
 

@@ -15,14 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from agents import logs
-from agents.cli.network import CommandError
+from agents.cli.errors import CommandError, UsageError
 from agents.core.events import EventRefused, decode_event
 from agents.core.fold import fold
 from agents.render import plan_json, plan_markdown, render_tree, summary
-
-
-class UsageError(Exception):
-    """Bad arguments or input; the message says what is wrong and what to do."""
 
 
 def _positive(value: str) -> int:
@@ -164,10 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--json", metavar="PLAN.json", help="write the plan as JSON here")
     replay.set_defaults(run=cmd_replay)
 
-    from agents.cli import network, plan
+    from agents.cli import lab, network, plan
 
     network.add_commands(sub)
     plan.add_command(sub)
+    lab.add_commands(sub)
     return parser
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import structlog
 import trio
 
+from agents.cli.errors import CommandError
 from agents.core.events import EventRefused, GoalBody, decode_event
 from agents.core.fold import fold
 from agents.core.identity import Identity
@@ -21,10 +22,6 @@ from agents.store import EventStore, StoreError
 
 log = structlog.get_logger("swarm.cli")
 DEFAULT_LISTEN = "/ip4/0.0.0.0/tcp/0"
-
-
-class CommandError(Exception):
-    """A command that could not do its job; exit 1 with this message."""
 
 
 def add_network_options(parser: argparse.ArgumentParser) -> None:

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.cli.network import CommandError
+from agents.cli.errors import CommandError
 from agents.keyfile import load_or_create
 from agents.llm.scripted import STRATEGIES
 

@@ -79,6 +79,9 @@ class EventIndex:
     def __init__(self, events: Iterable[Event] = ()) -> None:
         self._by_id: dict[str, Event] = {}
         self._by_author: dict[str, dict[str, Event]] = defaultdict(dict)
+        # Summary entries per author, dropped when that author's events change: members
+        # summarise on every pull and serve, while most authors are quiet most of the time.
+        self._summaries: dict[str, AuthorSummary] = {}
         self.add_all(events)
 
     def add_all(self, events: Iterable[Event]) -> int:
@@ -87,6 +90,7 @@ class EventIndex:
             if event.id not in self._by_id:
                 self._by_id[event.id] = event
                 self._by_author[event.author][event.id] = event
+                self._summaries.pop(event.author, None)
                 added += 1
         return added
 
@@ -117,9 +121,12 @@ class EventIndex:
     def summary(self) -> Summary:
         authors = {}
         for author, events in self._by_author.items():
-            seq, head = self._prefix(author)
-            digest = hashlib.sha256("".join(sorted(events)).encode()).hexdigest()
-            authors[author] = AuthorSummary(seq, head, digest)
+            cached = self._summaries.get(author)
+            if cached is None:
+                seq, head = self._prefix(author)
+                digest = hashlib.sha256("".join(sorted(events)).encode()).hexdigest()
+                cached = self._summaries[author] = AuthorSummary(seq, head, digest)
+            authors[author] = cached
         return Summary(authors)
 
     def offer_for(self, theirs: Summary) -> Offer | None:

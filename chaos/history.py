@@ -1,0 +1,71 @@
+"""The recorded history of one run, which the checkers judge.
+
+Both labs write the same shape: the simulated world (``chaos.sim``) and the
+container lab (``chaos.lab``). A history holds what happened (faults, with
+their times), what each member said its plan was over time (digest samples),
+and what each member held at the end (its events) plus what every restart
+found in its store. Times are seconds since the run started.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agents.core.events import Event
+
+
+@dataclass(frozen=True)
+class Fault:
+    at: float
+    kind: str  # partition, heal, crash, restart, stop, start, weather, skew, ...
+    detail: str
+
+
+@dataclass(frozen=True)
+class Restart:
+    """A member came back from its store: ``lost`` are the ids it had before and lacks now."""
+
+    at: float
+    held_before: int
+    lost: tuple[str, ...]
+
+
+@dataclass
+class MemberHistory:
+    name: str
+    role: str
+    peer: str
+    alive: bool = True  # up when the run ended
+    late: bool = False  # started after the others (a late joiner)
+    started_at: float = 0.0
+    events: list[Event] = field(default_factory=list)  # what it held at the end (or when it died)
+    digest: str = ""
+    complete: bool = False
+    completed_at: float | None = None
+    restarts: list[Restart] = field(default_factory=list)
+
+
+@dataclass
+class History:
+    scenario: str
+    seed: int
+    shape: dict[str, int]  # role -> members of that role
+    quorum: int
+    members: dict[str, MemberHistory] = field(default_factory=dict)
+    faults: list[Fault] = field(default_factory=list)
+    samples: list[tuple[float, str, str]] = field(default_factory=list)  # (at, member, digest) on change
+    last_fault_at: float = 0.0  # when the last fault ended (the last heal or restart)
+    converged_at: float | None = None  # first time all live members agreed on a complete plan
+    ended_at: float = 0.0
+    convergence_bound_s: float = 120.0
+
+    def fault(self, at: float, kind: str, detail: str = "") -> None:
+        self.faults.append(Fault(round(at, 3), kind, detail))
+
+    def sample(self, at: float, member: str, digest: str) -> None:
+        last = next((s for s in reversed(self.samples) if s[1] == member), None)
+        if last is None or last[2] != digest:
+            self.samples.append((round(at, 3), member, digest))
+
+    def live(self) -> list[MemberHistory]:
+        return [m for m in self.members.values() if m.alive]

@@ -1,0 +1,344 @@
+"""One simulated run: every member in one trio process, on virtual time, from one seed.
+
+The members are the real ``agents.member.Member`` (the same roles, fold, store
+and sync protocol as over libp2p), each with its own SQLite store in a
+scratch directory, talking through ``chaos.sim.network``. The run is a pure
+function of its ``SimConfig``:
+
+* time is trio's ``MockClock`` with autojump: nothing waits for real, and a
+  member's wall clock is the virtual time plus its own skew;
+* every random draw (message fate, fault schedule, keys, model answers and
+  latency) comes from streams derived from the seed;
+* trio shuffles each batch of runnable tasks with a module-level RNG; we seed
+  it per run, so the interleaving is the same too;
+* model calls run inline, never in a thread, so no real duration leaks in.
+
+``run_seed`` returns the ``History`` the checkers judge and a trace: the
+faults and every member's actions in virtual-time order.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+import trio.testing
+
+from agents.core.events import GoalBody
+from agents.core.identity import Identity
+from agents.llm.scripted import STRATEGIES, ScriptedBackend
+from agents.member import Member
+from agents.simulate import EPOCH_MS, identity_for
+from agents.store import EventStore
+from chaos.history import History, MemberHistory, Restart
+from chaos.sim.faults import FaultPlan, Step, draw_plan
+from chaos.sim.network import LinkWeather, SimFabric, SimNetwork
+
+GOAL = "Plan a two-week trip to Japan"
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    seed: int
+    decomposers: int = 3
+    scorers: int = 3
+    executors: int = 3
+    observers: int = 1
+    quorum: int = 2
+    faults: frozenset[str] = frozenset()
+    goal: str = GOAL
+    window_s: float = 20.0  # faults happen inside this window
+    settle_s: float = 240.0  # then the plan must converge (and complete) within this bound
+    claim_lease_ms: int = 15_000
+    model_latency_s: float = 2.0  # mean per scripted model call, in virtual seconds
+    max_depth: int = 3
+
+    def names(self) -> list[str]:
+        shape = [("decomposer", self.decomposers), ("scorer", self.scorers),
+                 ("executor", self.executors), ("observer", self.observers)]
+        return [f"{role}-{i}" for role, count in shape for i in range(count)]
+
+
+@dataclass
+class SimRun:
+    config: SimConfig
+    plan: FaultPlan
+    history: History
+    trace: list[str] = field(default_factory=list)
+
+
+def _seed_trio_scheduler(seed: int) -> None:
+    """Make trio's interleaving a function of the seed.
+
+    trio shuffles each batch of runnable tasks with a module RNG, and breaks
+    ties between equal deadlines by ``id()`` (a memory address). With its
+    deterministic-scheduling switch (the one pytest-trio flips for Hypothesis)
+    it sorts each batch by task creation order before shuffling, which removes
+    the address; we then seed the shuffle. Private API: a test pins it."""
+    run_module = trio._core._run  # type: ignore[attr-defined]
+    run_module._ALLOW_DETERMINISTIC_SCHEDULING = True
+    run_module._r.seed(f"swarm-sim/{seed}/scheduler")
+
+
+class _Slot:
+    """One member's life in the run: started, crashed, restarted, stopped."""
+
+    def __init__(self, world: _World, name: str) -> None:
+        self.world = world
+        self.name = name
+        self.role = name.rsplit("-", 1)[0]
+        index = int(name.rsplit("-", 1)[1])
+        self.identity = identity_for(world.config.seed, self.role, index)
+        self.strategy = STRATEGIES[index % len(STRATEGIES)]
+        self.data_dir = world.scratch / name
+        self.skew_ms = world.plan.skew_ms.get(name, 0)
+        # Scorers of differing strictness, so splits are sometimes approved by only some of
+        # them: without dissent a quorum rule cannot be told from a weaker one.
+        strictness = random.Random(f"swarm-sim/{world.config.seed}/strict/{name}").choice([9, 11, 12, 13])
+        self.backend = ScriptedBackend(seed=world.config.seed * 1000 + len(world.slots),
+                                       latency=world.plan.latency_s[name], strictness=strictness)
+        self.state = "pending"  # pending, up, down, stopped
+        self.member: Member | None = None
+        self.scope: trio.CancelScope | None = None
+        self.store: EventStore | None = None
+        self.record = MemberHistory(name, self.role, self.identity.peer_id)
+
+    def now_ms(self) -> int:
+        return EPOCH_MS + int(trio.current_time() * 1000) + self.skew_ms
+
+    async def start(self) -> None:
+        held_before = set(self.record_ids())
+        self.store = EventStore.open(self.data_dir)
+        if self.state == "down":
+            after = {e.id for e in self.store.events()}
+            lost = tuple(sorted(held_before - after))
+            self.record.restarts.append(Restart(self.world.now(), len(held_before), lost))
+        network = self.world.fabric.endpoint(self.identity.peer_id)
+        self.member = Member(
+            self.identity, self.role, self.store, network, self.world.cluster,  # type: ignore[arg-type]
+            backend=self.backend if self.role != "observer" else None, strategy=self.strategy,
+            now_ms=self.now_ms, think_in_thread=False,
+            trace=lambda line: self.world.say(self.name, line),
+        )
+        self.state = "up"
+        await self.world.nursery.start(self._live, network)
+
+    async def _live(self, network: SimNetwork, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        assert self.member is not None and self.store is not None
+        store = self.store
+        with trio.CancelScope() as scope:
+            self.scope = scope
+            try:
+                async with trio.open_nursery() as nursery:
+                    network.attach(nursery)
+                    await nursery.start(self.member.run)
+                    self.world.fabric.bring_up(network)
+                    task_status.started()
+            finally:
+                store.close()
+
+    def record_ids(self) -> list[str]:
+        return [e.id for e in self.member.index.events()] if self.member is not None else []
+
+    def down(self, state: str) -> None:
+        """Crash (``down``, will restart from its store) or stop for good (``stopped``)."""
+        assert self.member is not None and self.scope is not None
+        self.record.events = self.member.index.events()
+        self.world.fabric.take_down(self.identity.peer_id)
+        self.scope.cancel()
+        self.state = state
+
+
+class _World:
+    def __init__(self, config: SimConfig, plan: FaultPlan, scratch: Path) -> None:
+        self.config = config
+        self.plan = plan
+        self.scratch = scratch
+        self.cluster = f"sim-{config.seed}"
+        self.trace: list[str] = []
+        self.history = History(
+            scenario="sim", seed=config.seed,
+            shape={"decomposer": config.decomposers, "scorer": config.scorers,
+                   "executor": config.executors, "observer": config.observers},
+            quorum=config.quorum, convergence_bound_s=config.settle_s,
+        )
+        self.slots: dict[str, _Slot] = {}
+        self._names: dict[str, str] = {}  # peer id suffix -> member name
+        self.nursery: trio.Nursery
+        self.fabric: SimFabric
+
+    def now(self) -> float:
+        return trio.current_time()
+
+    def say(self, who: str, line: str) -> None:
+        if " from " in line:  # members name peers by id suffix; the trace names them
+            head, _, peer = line.rpartition(" from ")
+            line = f"{head} from {self._names.get(peer, peer)}"
+        self.trace.append(f"{self.now():9.3f}s {who:<13} {line}")
+
+    def fault(self, kind: str, detail: str = "") -> None:
+        self.history.fault(self.now(), kind, detail)
+        self.say("nemesis", f"{kind} {detail}".rstrip())
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            self.nursery = nursery
+            self.fabric = SimFabric(random.Random(f"swarm-sim/{self.config.seed}/net"), nursery)
+            for name in self.config.names():
+                self.slots[name] = _Slot(self, name)
+                self._names[self.slots[name].identity.peer_id[-8:]] = name
+                self.slots[name].record.late = name in self.plan.late
+            for name, slot in self.slots.items():
+                if name not in self.plan.late:
+                    await slot.start()
+            await self._submit_goal()
+            nursery.start_soon(self._nemesis)
+            await self._watch()
+            nursery.cancel_scope.cancel()
+        for slot in self.slots.values():
+            if slot.state == "up":
+                slot.record.events = slot.member.index.events()  # type: ignore[union-attr]
+            slot.record.alive = slot.state == "up"
+            if slot.member is not None:
+                slot.record.digest = slot.member.tree.digest
+                slot.record.complete = slot.member.tree.complete
+            self.history.members[slot.name] = slot.record
+
+    async def _submit_goal(self) -> None:
+        """A client signs the goal, gossips it, and leaves once three members hold it
+        (``swarm submit`` waits for one; three keeps one crash from losing the goal)."""
+        client_dir = self.scratch / "client"
+        identity = Identity(identity_for(self.config.seed, "client", 0).seed)
+        store = EventStore.open(client_dir)
+        self._names[identity.peer_id[-8:]] = "client"
+        network = self.fabric.endpoint(identity.peer_id)
+        client = Member(identity, "client", store, network, self.cluster, now_ms=lambda: EPOCH_MS + int(
+            trio.current_time() * 1000), think_in_thread=False, trace=lambda line: self.say("client", line))
+        goal_id: list[str] = []
+
+        async def live(task_status=trio.TASK_STATUS_IGNORED) -> None:
+            with trio.CancelScope() as scope:
+                try:
+                    async with trio.open_nursery() as inner:
+                        network.attach(inner)
+                        await inner.start(client.run)
+                        self.fabric.bring_up(network)
+                        event = await client.publish(GoalBody(
+                            text=self.config.goal, quorum=self.config.quorum,
+                            max_depth=self.config.max_depth, claim_lease_ms=self.config.claim_lease_ms))
+                        goal_id.append(event.id)
+                        task_status.started()
+                        while sum(1 for s in self.slots.values() if s.state == "up"
+                                  and event.id in s.member.index) < 3:  # type: ignore[union-attr]
+                            await trio.sleep(0.5)
+                        self.say("client", "goal held by three members; leaving")
+                        self.fabric.take_down(identity.peer_id)
+                        scope.cancel()
+                finally:
+                    store.close()
+
+        await self.nursery.start(live)
+
+    async def _nemesis(self) -> None:
+        for step in self.plan.steps:
+            await trio.sleep_until(step.at)
+            await self._apply(step)
+        self.history.last_fault_at = max(self.history.last_fault_at, self.plan.window_s)
+
+    async def _late_starts(self) -> None:
+        for name, at in sorted((kv for kv in self.plan.late.items() if math.isfinite(kv[1])), key=lambda kv: kv[1]):
+            await trio.sleep_until(at)
+            slot = self.slots[name]
+            if slot.state == "pending":
+                self.fault("start", f"{name} (late)")
+                slot.record.started_at = self.now()
+                await slot.start()
+
+    async def _apply(self, step: Step) -> None:
+        if step.action in ("weather", "clear"):
+            assert step.weather is not None
+            delay, loss, dup = step.weather
+            self.fabric.weather = LinkWeather(delay, loss, dup)
+            self.fault(step.action, f"delay {delay[0]}-{delay[1]}ms loss {loss:.0%} dup {dup:.0%}")
+        elif step.action == "partition":
+            self.fabric.partition([[self.slots[n].identity.peer_id for n in g] for g in step.groups])
+            self.fault("partition", " | ".join(",".join(g) for g in step.groups))
+        elif step.action == "heal":
+            self.fabric.heal()
+            self.fault("heal")
+        elif step.action in ("crash", "stop"):
+            slot = self.slots[step.members[0]]
+            if slot.state == "up":
+                slot.down("down" if step.action == "crash" else "stopped")
+                self.fault(step.action, slot.name)
+            elif slot.state == "pending" and step.action == "stop":
+                slot.state = "stopped"
+                self.fault("stop", f"{slot.name} (never started)")
+        elif step.action == "restart":
+            slot = self.slots[step.members[0]]
+            if slot.state == "down":
+                self.fault("restart", slot.name)
+                await slot.start()
+
+    async def _watch(self) -> None:
+        """Sample digests; end when every live member agrees on a complete plan after the
+        faults, or when the settle bound has passed."""
+        self.nursery.start_soon(self._late_starts)
+        deadline = self.plan.window_s + self.config.settle_s
+        while self.now() < deadline:
+            await trio.sleep(0.5)
+            up = [s for s in self.slots.values() if s.state == "up"]
+            for slot in up:
+                tree = slot.member.tree  # type: ignore[union-attr]
+                self.history.sample(self.now(), slot.name, tree.digest)
+                if tree.complete and slot.record.completed_at is None:
+                    slot.record.completed_at = round(self.now(), 3)
+                    self.say(slot.name, f"sees the plan complete, digest {tree.digest[:12]}")
+            waiting_late = [s for s in self.slots.values() if s.state == "pending"]
+            if any(s.member.tree.complete for s in up):  # type: ignore[union-attr]
+                for slot in waiting_late:
+                    if self.plan.late.get(slot.name) == float("inf"):
+                        self.fault("start", f"{slot.name} (after completion)")
+                        slot.record.started_at = self.now()
+                        await slot.start()
+            if self.now() < self.plan.window_s or any(s.state in ("pending", "down") for s in self.slots.values()):
+                continue
+            up = [s for s in self.slots.values() if s.state == "up"]  # late starters included
+            digests = {s.member.tree.digest for s in up}  # type: ignore[union-attr]
+            if len(digests) == 1 and all(s.member.tree.complete for s in up):  # type: ignore[union-attr]
+                self.history.converged_at = round(self.now(), 3)
+                break
+        self.history.ended_at = round(self.now(), 3)
+        self.say("world", f"run ends; gossip copies delivered "
+                 f"{self.fabric.delivered}, lost {self.fabric.lost}, duplicated {self.fabric.duplicated}")
+
+
+def run_seed(config: SimConfig, scratch_root: Path | None = None) -> SimRun:
+    """Run one seed to its end and return the history and trace. Deterministic in ``config``."""
+    names = config.names()
+    plan = draw_plan(random.Random(f"swarm-sim/{config.seed}/faults"), names, config.faults, config.window_s,
+                      config.model_latency_s)
+    scratch = Path(tempfile.mkdtemp(prefix=f"swarm-sim-{config.seed}-", dir=scratch_root or _fast_tmp()))
+    world = _World(config, plan, scratch)
+    for line in plan.describe():
+        world.trace.append(f"{'plan':>10} {line}")
+    try:
+        _seed_trio_scheduler(config.seed)
+        trio.run(world.run, clock=trio.testing.MockClock(autojump_threshold=0))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return SimRun(config, plan, world.history, world.trace)
+
+
+def _fast_tmp() -> str | None:
+    """Stores live in RAM when the machine has /dev/shm: a run fsyncs often."""
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() else None
+
+
+__all__ = ["GOAL", "SimConfig", "SimRun", "run_seed"]
