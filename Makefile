@@ -9,7 +9,7 @@ SEED ?= 0
 SEEDS ?= 300
 FAULTS ?= all
 
-.PHONY: install install-core test test-fast bench lint swarm sim wheels quality clean
+.PHONY: install install-core test test-fast bench lint swarm swarm-down engine image sim wheels quality clean
 
 # The local model: llama-cpp-python is only on PyPI as source (it compiles llama.cpp,
 # about 4 minutes on 2 cores), so its wheel is built once, portable (no -march=native),
@@ -56,20 +56,51 @@ sim: install-core
 lint: install-core
 	$(BIN)/ruff check agents chaos tests bench
 
-# The main job. Until the container lab lands (see README), it runs the swarm as
-# local processes (swarm plan: 3 decomposers, 3 scorers, 3 executors, an observer)
-# thinking with the local model (LLM=scripted for the fast stand-in), and writes
-# the plan to $(OUT)/.
+# The main job: the swarm as containers (docker-compose.yml), one member each. It makes
+# sure a Docker engine answers (starting one where none runs, as CI does), builds the
+# image without the network, brings the cluster up, submits GOAL, follows the observer
+# until the plan is complete, prints the tree and writes $(OUT)/plan.json and plan.md.
+# LLM=scripted for the fast stand-in. `make swarm-down` removes the cluster and volumes.
+# No Docker wanted? `swarm plan "GOAL"` runs the same members as local processes.
 LLM ?= llama
-swarm: install
-	$(BIN)/swarm plan "$(GOAL)" --llm $(LLM) --out $(OUT)
+CLUSTER ?= lab
+IMAGE := swarm-plan:0.1.0
+COMPOSE = $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose) -p swarm-plan
+COMPOSE_ENV = LLM=$(LLM) CLUSTER=$(CLUSTER) OUT_DIR=$(abspath $(OUT)) \
+  SWARM_MODEL_FILE=$$(if [ "$(LLM)" = llama ]; then $(BIN)/swarm model | sed -n 's/^  path *//p'; else echo /dev/null; fi)
+SWARM_TIMEOUT ?= 1800
+
+swarm: install image
+	@mkdir -p $(OUT)
+	$(COMPOSE_ENV) $(COMPOSE) up -d
+	$(COMPOSE_ENV) $(COMPOSE) run --rm client submit "$(GOAL)" --cluster $(CLUSTER) --timeout 120
+	$(COMPOSE_ENV) $(COMPOSE) run --rm client observe --cluster $(CLUSTER) --follow --until-complete \
+	  --timeout $(SWARM_TIMEOUT) --json /out/plan.json --md /out/plan.md
+	@echo "plan written to $(OUT)/plan.json and $(OUT)/plan.md; 'make swarm-down' removes the cluster"
+
+swarm-down:
+	$(COMPOSE) --profile tools down -v --remove-orphans
+
+# The image, built without the network: engine (started if none answers), base image
+# (python:3.11-slim-bookworm, or a local debootstrap one without a registry), wheels.
+engine:
+	@chaos/docker/engine.sh
+	@command -v docker-compose >/dev/null 2>&1 || docker compose version >/dev/null 2>&1 || { \
+	  echo "installing Debian's docker-compose (no compose found)"; \
+	  apt-get install -y -q docker-compose >/dev/null; }
+
+image: engine wheels
+	docker build -q --build-arg BASE_IMAGE=$$(chaos/docker/base-image.sh) -t $(IMAGE) .
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis
 
-# Wheels for the image (Dockerfile): everything pinned, built on the host.
-wheels: install
-	$(BIN)/pip wheel -q -w wheelhouse -r requirements.lock .
+# Wheels for the image (Dockerfile): the runtime dependencies, pinned by the lock, built
+# on the host (and llama-cpp-python from the wheel cache, when it has been built).
+wheels: install-core
+	rm -rf wheelhouse
+	$(BIN)/pip wheel -q -w wheelhouse -c requirements.lock . \
+	  $$(ls $(WHEEL_CACHE)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl 2>/dev/null)
 
 # Five goals of different kinds through swarm plan with the local model; writes
 # reports/quality/report.md (LLM=scripted for the stand-in).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -41,11 +42,28 @@ def _valid_event(data: bytes) -> bool:
     return True
 
 
+def _mdns_listen(listen: list[str], mdns: bool) -> list[str]:
+    """mDNS announces the addresses we listen on, and 0.0.0.0 is no address a peer can dial.
+    With mDNS on, a wildcard becomes the address this machine's name resolves to (in a
+    container: its address on the lab network), unless that is a loopback address."""
+    if not mdns or not any("/ip4/0.0.0.0/" in a for a in listen):
+        return listen
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return listen
+    if ip.startswith("127."):
+        return listen
+    log.info("listening on the host address so mDNS announces a dialable one", ip=ip)
+    return [a.replace("/ip4/0.0.0.0/", f"/ip4/{ip}/") for a in listen]
+
+
 def _network(identity: Identity, args: argparse.Namespace):
     from agents.net.p2p import Libp2pNetwork
 
     try:
-        return Libp2pNetwork(identity, args.cluster, args.listen or [DEFAULT_LISTEN], args.bootstrap,
+        listen = _mdns_listen(args.listen or [DEFAULT_LISTEN], args.mdns)
+        return Libp2pNetwork(identity, args.cluster, listen, args.bootstrap,
                              mdns=args.mdns, validator=_valid_event)
     except ValueError as exc:
         raise CommandError(f"bad multiaddr in --listen or --bootstrap: {exc}") from None
@@ -75,7 +93,8 @@ async def _until_signal(cancel: trio.CancelScope) -> None:
 def cmd_agent(args: argparse.Namespace) -> int:
     from agents import llm
 
-    data_dir = Path(args.data_dir)
+    # "{hostname}" lets replicas of one compose service share a volume, a directory each
+    data_dir = Path(args.data_dir.replace("{hostname}", socket.gethostname()))
     identity, store = _open(data_dir)
     backend = None
     if args.role != "observer":
@@ -285,7 +304,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     agent = sub.add_parser("agent", help="run one swarm member (a role) until stopped")
     agent.add_argument("--role", required=True, choices=["decomposer", "scorer", "executor", "observer"])
-    agent.add_argument("--data-dir", required=True, help="the member's identity key, event store and addrs file")
+    agent.add_argument("--data-dir", required=True,
+                       help="the member's identity key, event store and addrs file ({hostname} is replaced "
+                            "by this machine's name: replicas can share a volume)")
     add_llm_options(agent, latency_default=0.0)
     agent.add_argument("--strategy", default="activity", choices=STRATEGIES, help="decomposer: preferred split")
     add_network_options(agent)
