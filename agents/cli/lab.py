@@ -100,3 +100,65 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--report", metavar="DIR", help="write report.json, report.md and failing traces here")
     sim.add_argument("--jobs", type=_positive, help="worker processes (default: one per CPU)")
     sim.set_defaults(run=cmd_sim)
+
+
+def cmd_chaos_run(args: argparse.Namespace) -> int:
+    from agents.cli.errors import CommandError, UsageError
+    from chaos.lab.cluster import LabError
+    from chaos.lab.run import ScenarioRun, write_reports
+    from chaos.lab.scenario import ScenarioError, load
+
+    try:
+        scenario = load(Path(args.scenario), seed=args.seed)
+    except ScenarioError as exc:
+        raise UsageError(str(exc)) from None
+    if args.llm:
+        from dataclasses import replace as _replace
+
+        scenario = _replace(scenario, llm=args.llm)
+    report_dir = Path(args.report or f"reports/chaos/{scenario.name}")
+    if report_dir.exists():
+        import shutil
+
+        shutil.rmtree(report_dir)
+    started = time.perf_counter()
+    print(f"swarm chaos: {scenario.name} (seed {scenario.seed}, model {scenario.llm}); report in {report_dir}")
+    try:
+        run = ScenarioRun(scenario, report_dir, log_level=args.member_log_level)
+    except LabError as exc:
+        raise CommandError(str(exc)) from None
+    try:
+        verdicts = run.run()
+    except LabError as exc:
+        raise CommandError(f"{scenario.name}: {exc}") from None
+    finally:
+        if not args.keep:
+            run.close()
+    report = write_reports(report_dir, scenario, run.history, verdicts, time.perf_counter() - started)
+    for verdict in verdicts:
+        print(f"  {verdict.status.upper():5} {verdict.invariant}: {verdict.evidence}")
+    print(f"swarm chaos: {scenario.name} {'PASSED' if report['passed'] else 'FAILED'} "
+          f"in {report['wall_seconds']}s; {report_dir / 'report.md'}")
+    return 0 if report["passed"] else 1
+
+
+def cmd_chaos_sweep(_args: argparse.Namespace) -> int:
+    from chaos.lab.cluster import sweep
+
+    print(f"swarm chaos: removed {sweep()} leftover lab container(s) and network(s)")
+    return 0
+
+
+def add_chaos_commands(sub: argparse._SubParsersAction) -> None:
+    chaos = sub.add_parser("chaos", help="the container lab: run fault scenarios against a Docker cluster")
+    chaos_sub = chaos.add_subparsers(dest="chaos_command", required=True, metavar="ACTION")
+    run = chaos_sub.add_parser("run", help="run one scenario (scenarios/NAME.yaml), check it, write a report")
+    run.add_argument("scenario", metavar="SCENARIO.yaml")
+    run.add_argument("--seed", type=int, default=0, help="draws the scenario's random times and targets")
+    run.add_argument("--report", metavar="DIR", help="default reports/chaos/NAME (replaced each run)")
+    run.add_argument("--llm", choices=["scripted", "llama"], help="override the scenario's model backend")
+    run.add_argument("--keep", action="store_true", help="leave the containers up for a look (swarm chaos sweep)")
+    run.add_argument("--member-log-level", default="info", choices=["debug", "info", "warning"])
+    run.set_defaults(run=cmd_chaos_run)
+    sweep = chaos_sub.add_parser("sweep", help="remove containers and networks a lab run left behind")
+    sweep.set_defaults(run=cmd_chaos_sweep)

@@ -165,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     network.add_commands(sub)
     plan.add_command(sub)
     lab.add_commands(sub)
+    lab.add_chaos_commands(sub)
     return parser
 
 

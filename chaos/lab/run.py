@@ -1,0 +1,290 @@
+"""Run one scenario against a container cluster and judge its recorded history.
+
+The run, Jepsen-style: bring up the cluster, submit the goal, play the fault
+timeline through the nemesis while a recorder samples every member's store
+(from the host) once a second, end every fault, wait for the plan to converge,
+then hand the history to the checkers. Everything is written under the report
+directory: ``report.json``, ``report.md``, ``history.json`` (faults and digest
+samples), ``logs/NAME.log`` and each member's data directory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+
+from agents.core.events import Event
+from agents.core.fold import fold
+from agents.llm.scripted import STRATEGIES
+from agents.store import EventStore
+from agents.store.sqlite import DB_NAME
+from chaos.checkers import Verdict, check
+from chaos.history import History, MemberHistory, Restart
+from chaos.lab.cluster import LabCluster, LabError, MemberSpec
+from chaos.lab.nemesis import Nemesis
+from chaos.lab.scenario import Scenario, Step
+
+log = structlog.get_logger("chaos.run")
+SAMPLE_S = 1.0
+TOXIPROXY_BINARY = Path.home() / ".cache" / "swarm-plan" / "bin" / "toxiproxy-server"
+
+
+def read_events(data_dir: Path) -> list[Event]:
+    """A member's stored events, read from the host (the member may be writing: WAL allows it)."""
+    if not (data_dir / DB_NAME).exists():
+        return []
+    with EventStore.open(data_dir) as store:
+        return store.events()
+
+
+class Recorder:
+    """Samples every member's digest once a second, in a thread, into the history."""
+
+    def __init__(self, cluster: LabCluster, history: History, clock: Callable[[], float]) -> None:
+        self.cluster, self.history, self.clock = cluster, history, clock
+        self.trees: dict[str, object] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="recorder", daemon=True)
+        self.first_complete: float | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def sample(self) -> None:
+        now = self.clock()
+        for name, member in list(self.cluster.members.items()):
+            if member.started_at is None:
+                continue
+            try:
+                tree = fold(read_events(member.data_dir))
+            except Exception as exc:  # a store mid-creation; the next sample reads it
+                log.debug("sample failed", member=name, error=str(exc)[:200])
+                continue
+            self.trees[name] = tree
+            self.history.sample(now, name, tree.digest)
+            record = self.history.members[name]
+            if tree.complete and record.completed_at is None:
+                record.completed_at = round(now, 3)
+                self.first_complete = self.first_complete or now
+
+    def _loop(self) -> None:
+        while not self._stop.wait(SAMPLE_S):
+            self.sample()
+
+
+class ScenarioRun:
+    def __init__(self, scenario: Scenario, report_dir: Path, progress: Callable[[str], None] = print,
+                 log_level: str = "info") -> None:
+        self.scenario = scenario
+        self.report_dir = report_dir
+        self.say = progress
+        run_id = re.sub(r"[^a-z0-9-]", "-", f"{scenario.name}-{scenario.seed}".lower())[:40]
+        model_file = None
+        if scenario.llm == "llama":
+            from agents.llm.model_files import resolve
+
+            model_file = resolve(None).path
+        self.cluster = LabCluster(
+            run_id=run_id, root=report_dir, cluster=f"lab-{run_id}", llm=scenario.llm,
+            llm_latency=scenario.llm_latency_s, model_file=model_file, log_level=log_level,
+            toxiproxy_binary=TOXIPROXY_BINARY if TOXIPROXY_BINARY.exists() else None,
+        )
+        self.history = History(scenario=scenario.name, seed=scenario.seed, shape=dict(scenario.shape),
+                               quorum=scenario.quorum, convergence_bound_s=scenario.complete_within_s)
+        self.t0 = time.monotonic()
+        self.nemesis = Nemesis(self.cluster, self._fault)
+        self.recorder = Recorder(self.cluster, self.history, self.now)
+        self._held_before: dict[str, set[str]] = {}
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def _fault(self, kind: str, detail: str) -> None:
+        self.history.fault(self.now(), kind, detail)
+        self.say(f"  {self.now():7.1f}s  {kind} {detail}".rstrip())
+
+    # --- the run --------------------------------------------------------------
+
+    def run(self) -> list[Verdict]:
+        scenario = self.scenario
+        for i, name in enumerate(scenario.member_names()):
+            role = scenario.role_of(name)
+            spec = MemberSpec(name, role, STRATEGIES[(int(name.rsplit("-", 1)[1]) - 1) % len(STRATEGIES)],
+                              scenario.skew_ms.get(name, 0))
+            member = self.cluster.add(spec)
+            self.history.members[name] = MemberHistory(name, role, member.peer_id, late=name in scenario.late)
+        first = [n for n in scenario.member_names() if n not in scenario.late]
+        for name in first:
+            self.cluster.start(name)
+            self.nemesis.after_start(name) if name not in scenario.toxiproxy else self.nemesis.proxy(name)
+        self.cluster.wait_listening(first)
+        self.say(f"  {len(first)} members up; submitting the goal")
+        answer = self.cluster.submit(scenario.goal, scenario.quorum, scenario.claim_lease_s)
+        self.t0 = time.monotonic()
+        self._fault("submit", answer[:80])
+        self.recorder.start()
+        try:
+            for step in scenario.timeline:
+                self._wait_for(step)
+                self._apply(step)
+            self.nemesis.clear_all()
+            for name, member in self.cluster.members.items():
+                if member.state == "paused":
+                    self.nemesis.unpause(name)
+            self.history.last_fault_at = self.now()
+            self._settle()
+        finally:
+            self.recorder.stop()
+            self._finish()
+        return check(self.history, scenario.invariants)
+
+    def _wait_for(self, step: Step) -> None:
+        if step.at == "complete":
+            deadline = time.monotonic() + self.scenario.complete_within_s
+            while self.recorder.first_complete is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+        else:
+            delay = float(step.at) - self.now()
+            if delay > 0:
+                time.sleep(delay)
+
+    def _apply(self, step: Step) -> None:
+        n, target = self.nemesis, step.target
+        if step.action in ("kill", "stop", "pause", "unpause", "restart", "start") and target == "claim holder":
+            target = self._claim_holder()
+        if step.action in ("kill", "stop"):
+            self._held_before[target] = {e.id for e in read_events(self.cluster.members[target].data_dir)}
+            n.kill(target) if step.action == "kill" else n.stop(target)
+        elif step.action == "pause":
+            n.pause(target)
+        elif step.action == "unpause":
+            n.unpause(target)
+        elif step.action in ("restart", "start"):
+            self._start(target)
+        elif step.action == "restart_all":
+            running = self.cluster.running()
+            for name in running:
+                self._held_before[name] = {e.id for e in read_events(self.cluster.members[name].data_dir)}
+                n.kill(name)
+            for name in running:
+                self._start(name)
+        elif step.action == "partition":
+            n.partition(target)
+        elif step.action == "heal":
+            n.heal()
+        elif step.action == "loss":
+            n.set_loss(target["member"], float(target.get("probability", 0.1)))
+        elif step.action == "bandwidth":
+            n.set_bandwidth(target["member"], target.get("rate"))
+        elif step.action == "toxic":
+            n.toxic(target["member"], str(target.get("type", "latency")), dict(target.get("attributes") or {}),
+                    str(target.get("stream", "downstream")), float(target.get("toxicity", 1.0)))
+        elif step.action == "untoxic":
+            n.clear_toxics(target)
+
+    def _start(self, name: str) -> None:
+        member = self.cluster.members[name]
+        restarting = member.state in ("killed", "stopped")
+        self.nemesis.start(name)
+        if restarting and name in self._held_before:
+            after = {e.id for e in read_events(member.data_dir)}
+            before = self._held_before.pop(name)
+            self.history.members[name].restarts.append(
+                Restart(round(self.now(), 3), len(before), tuple(sorted(before - after))))
+        elif not restarting:
+            self.history.members[name].started_at = round(self.now(), 3)
+
+    def _claim_holder(self, timeout: float = 60.0) -> str:
+        """The member that holds a claim right now (waits for one)."""
+        by_peer = {m.peer_id: n for n, m in self.cluster.members.items()}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for tree in list(self.recorder.trees.values()):
+                for node in tree.nodes.values():  # type: ignore[attr-defined]
+                    if node.status == "claimed" and by_peer.get(node.executor) in self.cluster.running():
+                        return by_peer[node.executor]
+            time.sleep(0.2)
+        raise LabError(f"no executor held a claim within {timeout:.0f}s; nothing to kill")
+
+    def _settle(self) -> None:
+        """Wait until every running member holds the same complete plan, or the bound passes."""
+        deadline = time.monotonic() + self.scenario.complete_within_s
+        while time.monotonic() < deadline:
+            self.recorder.sample()
+            running = self.cluster.running()
+            digests = {self.recorder.trees[n].digest for n in running if n in self.recorder.trees}  # type: ignore[attr-defined]
+            if (running and len(digests) == 1 and all(n in self.recorder.trees for n in running)
+                    and all(self.recorder.trees[n].complete for n in running)):  # type: ignore[attr-defined]
+                self.history.converged_at = round(self.now(), 3)
+                return
+            time.sleep(SAMPLE_S)
+
+    def _finish(self) -> None:
+        self.history.ended_at = round(self.now(), 3)
+        logs = self.report_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        for name, member in self.cluster.members.items():
+            record = self.history.members[name]
+            record.alive = member.state in ("running", "paused")
+            if member.started_at is None:
+                record.alive = False
+                continue
+            record.events = read_events(member.data_dir)
+            tree = fold(record.events)
+            record.digest, record.complete = tree.digest, tree.complete
+            try:
+                (logs / f"{name}.log").write_text(self.cluster.logs(name))
+            except Exception as exc:
+                log.warning("could not save log", member=name, error=str(exc)[:200])
+
+    def close(self) -> None:
+        self.cluster.close()
+
+
+def write_reports(report_dir: Path, scenario: Scenario, history: History, verdicts: list[Verdict],
+                  wall_s: float) -> dict[str, object]:
+    passed = all(v.passed for v in verdicts)
+    report = {
+        "scenario": scenario.name,
+        "seed": scenario.seed,
+        "passed": passed,
+        "verdicts": [v.to_json() for v in verdicts],
+        "description": scenario.description,
+        "cluster": {**scenario.shape, "observer": scenario.observer, "quorum": scenario.quorum},
+        "llm": {"backend": scenario.llm, "latency_s": scenario.llm_latency_s},
+        "schedule": [{"at": s.at, "action": s.action, "target": s.target} for s in scenario.timeline],
+        "faults": [{"at": f.at, "kind": f.kind, "detail": f.detail} for f in history.faults],
+        "last_fault_at": round(history.last_fault_at, 3),
+        "converged_at": history.converged_at,
+        "ended_at": history.ended_at,
+        "members": {n: {"peer": m.peer, "alive": m.alive, "late": m.late, "digest": m.digest,
+                        "complete": m.complete, "completed_at": m.completed_at, "events": len(m.events),
+                        "restarts": len(m.restarts)} for n, m in history.members.items()},
+        "wall_seconds": round(wall_s, 1),
+    }
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    (report_dir / "history.json").write_text(json.dumps(
+        {"faults": report["faults"], "samples": history.samples}, indent=1) + "\n")
+    lines = [f"# Scenario {scenario.name} (seed {scenario.seed}): {'PASSED' if passed else 'FAILED'}", "",
+             scenario.description, "",
+             f"Cluster {scenario.shape['decomposer']}/{scenario.shape['scorer']}/{scenario.shape['executor']}"
+             f"{' + observer' if scenario.observer else ''}, quorum {scenario.quorum}, model {scenario.llm}; "
+             f"last fault ended at {history.last_fault_at:.1f}s, converged at "
+             f"{history.converged_at if history.converged_at is not None else 'never'}s, run took {wall_s:.0f}s.",
+             "", "| invariant | status | evidence |", "|---|---|---|"]
+    lines += [f"| {v.invariant} | {v.status} | {v.evidence} |" for v in verdicts]
+    lines += ["", "## Faults", "", "| at (s) | fault | detail |", "|---:|---|---|"]
+    lines += [f"| {f.at:.1f} | {f.kind} | {f.detail} |" for f in history.faults]
+    (report_dir / "report.md").write_text("\n".join(lines) + "\n")
+    return report
