@@ -9,7 +9,7 @@ SEED ?= 0
 SEEDS ?= 300
 FAULTS ?= all
 
-.PHONY: install install-core test test-fast bench lint swarm swarm-down engine image sim wheels quality clean
+.PHONY: install install-core test test-fast bench lint swarm swarm-down engine image toxiproxy chaos sim wheels quality clean
 
 # The local model: llama-cpp-python is only on PyPI as source (it compiles llama.cpp,
 # about 4 minutes on 2 cores), so its wheel is built once, portable (no -march=native),
@@ -39,13 +39,14 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
-test: install
+# The lab tests start containers: the engine, image and Toxiproxy come first.
+test: install image toxiproxy
 	$(BIN)/pytest -q
 
 test-fast: install
 	$(BIN)/pytest -q -m "not slow"
 
-bench: install
+bench: install image toxiproxy
 	$(BIN)/python -m bench
 
 # The deterministic simulation: SEEDS seeded runs of the real roles over a simulated
@@ -91,6 +92,26 @@ engine:
 
 image: engine wheels
 	docker build -q --build-arg BASE_IMAGE=$$(chaos/docker/base-image.sh) -t $(IMAGE) .
+
+# Toxiproxy's server, built once from its Go module (no prebuilt image or binary here).
+TOXIPROXY := $(HOME)/.cache/swarm-plan/bin/toxiproxy-server
+TOXIPROXY_VERSION := v2.12.0
+toxiproxy: $(TOXIPROXY)
+$(TOXIPROXY):
+	@command -v go >/dev/null || { echo "building Toxiproxy needs the Go toolchain (https://go.dev/dl/)"; exit 2; }
+	@mkdir -p $(dir $@) && tmp=$$(mktemp -d) && \
+	  echo "building toxiproxy-server $(TOXIPROXY_VERSION) with go install" && \
+	  GOBIN=$$tmp go install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION) && \
+	  mv $$tmp/server $@ && rm -rf $$tmp
+
+# The container lab: run scenarios (default: all in scenarios/) against Docker clusters
+# with the scripted model; one report per scenario under reports/chaos/. Fails if any fails.
+CHAOS_SCENARIOS ?= $(wildcard scenarios/*.yaml)
+chaos: install image toxiproxy
+	@failed=""; for s in $(CHAOS_SCENARIOS); do \
+	  $(BIN)/swarm chaos run $$s --seed $(SEED) --llm scripted || failed="$$failed $$s"; done; \
+	  $(BIN)/swarm chaos sweep >/dev/null; \
+	  if [ -n "$$failed" ]; then echo "failed scenarios:$$failed"; exit 1; fi
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis

@@ -36,7 +36,7 @@ def median_seconds(action: Callable[[], object], repeats: int = REPEATS) -> floa
 
 
 def main() -> None:
-    which = sys.argv[1:] or ["core", "sim", "swarm"]
+    which = sys.argv[1:] or ["core", "sim", "swarm", "lab"]
     if "core" in which:
         core()
     if "sim" in which:
@@ -47,6 +47,10 @@ def main() -> None:
         from bench import swarm
 
         swarm.main()
+    if "lab" in which:
+        from bench import lab
+
+        lab.main()
 
 
 def core() -> None:

@@ -21,7 +21,7 @@ if timeout 60 docker pull -q "$REMOTE" >/dev/null 2>&1; then echo "$REMOTE"; exi
 echo "base image: no registry answers; building $LOCAL with debootstrap (about a minute)" >&2
 if ! command -v debootstrap >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null
+    apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null
   else
     echo "debootstrap is needed to build a base image without a registry: apt-get install debootstrap" >&2
     exit 2

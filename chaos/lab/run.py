@@ -105,6 +105,7 @@ class ScenarioRun:
         self.nemesis = Nemesis(self.cluster, self._fault)
         self.recorder = Recorder(self.cluster, self.history, self.now)
         self._held_before: dict[str, set[str]] = {}
+        self._chosen_holder: str | None = None
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -117,7 +118,7 @@ class ScenarioRun:
 
     def run(self) -> list[Verdict]:
         scenario = self.scenario
-        for i, name in enumerate(scenario.member_names()):
+        for name in scenario.member_names():
             role = scenario.role_of(name)
             spec = MemberSpec(name, role, STRATEGIES[(int(name.rsplit("-", 1)[1]) - 1) % len(STRATEGIES)],
                               scenario.skew_ms.get(name, 0))
@@ -194,6 +195,8 @@ class ScenarioRun:
 
     def _start(self, name: str) -> None:
         member = self.cluster.members[name]
+        if member.state in ("running", "paused"):
+            raise LabError(f"the timeline starts {name}, which is already running")
         restarting = member.state in ("killed", "stopped")
         self.nemesis.start(name)
         if restarting and name in self._held_before:
@@ -205,14 +208,18 @@ class ScenarioRun:
             self.history.members[name].started_at = round(self.now(), 3)
 
     def _claim_holder(self, timeout: float = 60.0) -> str:
-        """The member that holds a claim right now (waits for one)."""
+        """The member that held a claim when the scenario first asked (waits for one); later
+        steps naming the claim holder mean that same member (e.g. to restart it)."""
+        if self._chosen_holder is not None:
+            return self._chosen_holder
         by_peer = {m.peer_id: n for n, m in self.cluster.members.items()}
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for tree in list(self.recorder.trees.values()):
                 for node in tree.nodes.values():  # type: ignore[attr-defined]
                     if node.status == "claimed" and by_peer.get(node.executor) in self.cluster.running():
-                        return by_peer[node.executor]
+                        self._chosen_holder = by_peer[node.executor]
+                        return self._chosen_holder
             time.sleep(0.2)
         raise LabError(f"no executor held a claim within {timeout:.0f}s; nothing to kill")
 

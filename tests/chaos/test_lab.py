@@ -1,0 +1,103 @@
+"""The container lab's parts: scenarios parse strictly, and the nemesis really cuts links.
+
+These start real containers (the swarm image, built by ``make image``) and put real
+iptables rules in their network namespaces, so they need root and a Docker engine,
+as ``make test`` provides.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from chaos.lab.cluster import LabCluster, LabError, MemberSpec
+from chaos.lab.nemesis import Nemesis
+from chaos.lab.scenario import ScenarioError, load
+
+SCENARIOS = sorted(Path("scenarios").glob("*.yaml"))
+
+
+def test_the_shipped_scenarios_all_load_and_draw_the_same_schedule_for_a_seed() -> None:
+    assert len(SCENARIOS) >= 9
+    for path in SCENARIOS:
+        first, again = load(path, seed=4), load(path, seed=4)
+        assert first.timeline == again.timeline, path
+        assert first.member_names()[0] == "decomposer-1"
+    drawn = {load(Path("scenarios/partition-heals.yaml"), seed=s).timeline[-1].at for s in range(6)}
+    assert len(drawn) > 1, "a time range should be drawn from the seed"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("name: x\ntimeline:\n  - {at: 1, kill: decomposer-9}\n", "'decomposer-9' is not a member"),
+    ("name: x\ntimeline:\n  - {at: 1, explode: scorer-1}\n", "expected exactly one action"),
+    ("name: x\ntimeline:\n  - {at: soon, kill: scorer-1}\n", "'at' must be seconds"),
+    ("name: x\nquorum: 4\n", "quorum 4 can never be reached by 3 scorers"),
+    ("name: x\nexpect: {invariants: [happiness]}\n", "unknown invariant(s) happiness"),
+    ("name: x\ncluster: {skew_ms: {executor-7: 100}}\n", "'executor-7', which is not a member"),
+    ("- just a list\n", "expected a mapping"),
+])
+def test_bad_scenarios_are_refused_with_the_field_and_the_fix(tmp_path, text, message) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ScenarioError) as refused:
+        load(path)
+    assert message in str(refused.value) and str(path) in str(refused.value)
+
+
+def test_swarm_chaos_run_names_a_missing_scenario_and_exits_2() -> None:
+    done = subprocess.run([sys.executable, "-m", "agents.cli.main", "chaos", "run", "scenarios/nope.yaml"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "no such scenario file" in done.stderr
+
+
+def test_no_docker_engine_is_a_clear_error(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    with pytest.raises(LabError, match=r"no Docker engine answers.*make engine"):
+        LabCluster(run_id="t", root=tmp_path, cluster="t")
+
+
+def _reaches(cluster: LabCluster, source: str, target: str) -> bool:
+    """Can ``source`` open a TCP connection to ``target``'s libp2p port?"""
+    probe = (f"import socket; socket.create_connection(('{cluster.ip(target)}', 4001), timeout=1.5); "
+             "print('open')")
+    result = cluster.members[source].container.exec_run(["python3", "-c", probe])
+    return result.exit_code == 0
+
+
+@pytest.mark.slow
+def test_a_partition_blocks_both_directions_and_heal_restores_them(tmp_path) -> None:
+    faults: list[tuple[str, str]] = []
+    cluster = LabCluster(run_id=f"t{uuid.uuid4().hex[:6]}", root=tmp_path, cluster="partition-test")
+    try:
+        for i in (1, 2, 3):
+            cluster.add(MemberSpec(f"scorer-{i}", "scorer"))
+            cluster.start(f"scorer-{i}")
+        cluster.wait_listening(["scorer-1", "scorer-2", "scorer-3"])
+        nemesis = Nemesis(cluster, lambda kind, detail: faults.append((kind, detail)))
+        assert _reaches(cluster, "scorer-1", "scorer-2") and _reaches(cluster, "scorer-2", "scorer-1")
+
+        nemesis.partition([["scorer-1"], ["scorer-2", "scorer-3"]])
+        assert not _reaches(cluster, "scorer-1", "scorer-2")
+        assert not _reaches(cluster, "scorer-2", "scorer-1")
+        assert _reaches(cluster, "scorer-2", "scorer-3"), "members on the same side still talk"
+
+        nemesis.heal()
+        assert _reaches(cluster, "scorer-1", "scorer-2") and _reaches(cluster, "scorer-2", "scorer-1")
+
+        nemesis.set_loss("scorer-3", 1.0)
+        assert not _reaches(cluster, "scorer-1", "scorer-3")
+        nemesis.set_loss("scorer-3", 0.0)
+        assert _reaches(cluster, "scorer-1", "scorer-3")
+
+        nemesis.kill("scorer-2")  # a restarted member is a fresh namespace: the partition is re-applied
+        nemesis.partition([["scorer-1"], ["scorer-2", "scorer-3"]])
+        nemesis.start("scorer-2")
+        cluster.wait_listening(["scorer-2"])
+        assert not _reaches(cluster, "scorer-2", "scorer-1")
+        assert [k for k, _ in faults] == ["partition", "heal", "loss", "loss", "kill", "partition", "restart"]
+    finally:
+        cluster.close()
