@@ -61,6 +61,9 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def main() -> None:
+    from chaos.sim.runner import quiet_logs
+
+    quiet_logs()
     rows = []
     for label, name in RUNS:
         scenario = load(Path("bench/scenarios") / f"{name}.yaml")

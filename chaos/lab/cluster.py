@@ -126,7 +126,7 @@ class LabCluster:
         member.container.start()  # type: ignore[union-attr]
         member.state = "running"
         member.started_at = member.started_at or time.monotonic()
-        log.info("started", member=name)
+        log.debug("started", member=name)
 
     def wait_listening(self, names: list[str], timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
