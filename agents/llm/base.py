@@ -33,6 +33,8 @@ class DecomposeRequest:
     max_depth: int
     strategy: str  # the strategy this decomposer prefers
     taken: tuple[str, ...]  # strategies already proposed for this node
+    attempt: int = 1  # 2, 3, ...: this decomposer's earlier drafts were rejected by a quorum
+    rejected: tuple[tuple[str, ...], ...] = ()  # the subgoal titles of those rejected drafts
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,8 @@ class PromptedBackend:
             + f"\nSplit the task into 3 to 5 subgoals. Strategy \"{request.strategy}\": {hint}.\n"
             + (f"Others already proposed splits by {', '.join(request.taken)}: make yours different.\n"
                if request.taken else "")
+            + "".join(f"The scorers rejected your earlier split ({'; '.join(titles)}): propose a clearly "
+                      "different and more specific one.\n" for titles in request.rejected)
             + "Do not repeat the task itself as a subgoal: each subgoal is a distinct part of it. "
               "Each subgoal needs a short specific title that names something concrete (a place, a booking, "
               "a document, a decision), a one-sentence description, and \"executable\": true if one person "

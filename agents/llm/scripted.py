@@ -68,12 +68,19 @@ class ScriptedBackend:
         if strategy in request.taken:
             free = [s for s in STRATEGIES if s not in request.taken]
             strategy = free[0] if free else strategy
+        if request.attempt > 1:
+            # a redraft after a rejection: the next strategy in turn, and titles marked as a
+            # new draft, so the scorers judge something they have not judged before
+            strategy = STRATEGIES[(STRATEGIES.index(strategy) + request.attempt - 1) % len(STRATEGIES)] \
+                if strategy in STRATEGIES else strategy
         node = request.chain[-1]
         if request.depth == 0:
             table = _JAPAN if "japan" in request.goal.lower() else _GENERIC
             titles = table.get(strategy, _GENERIC["activity"])
         else:
             titles = [f"{node}: {part}" for part in _DETAIL.get(strategy, _DETAIL["activity"])]
+        if request.attempt > 1:
+            titles = [f"{title} (draft {request.attempt})" for title in titles]
         subgoals = []
         for i, title in enumerate(titles):
             executable = not (request.depth == 0 and i == 0) or request.depth + 1 >= request.max_depth

@@ -56,14 +56,19 @@ def compose(intent: Intent, tree: PlanTree, backend: Backend, me: Me) -> EventBo
             return ClaimBody(leaf=leaf)
         case Renew(claim=claim):
             return RenewBody(claim=claim)
-        case Propose(node=node_id):
+        case Propose(node=node_id, attempt=attempt):
             node = tree.nodes[node_id]
             goal = tree.goal_of(node)
             taken = tuple(sorted({p.strategy for p in tree.proposals.values() if p.node == node_id}))
+            # a retry must not resend a draft the scorers turned down: tell the model what was
+            rejected = tuple(
+                p.subgoals for p in sorted(tree.proposals.values(), key=lambda p: (p.at, p.id))
+                if p.node == node_id and p.author == me.peer_id and len(p.rejections) >= goal.quorum
+            )
             try:
                 split = backend.decompose(
                     DecomposeRequest(goal.text, chain_of(tree, node), node.description,
-                                     node.depth, goal.max_depth, me.strategy, taken)
+                                     node.depth, goal.max_depth, me.strategy, taken, attempt, rejected)
                 )
             except LLMError:
                 return None
