@@ -69,3 +69,33 @@ def test_an_executor_leaves_a_leaf_it_gave_up_to_others_for_half_a_lease() -> No
     assert executor.decide(tree, me, 550) == [Claim(leaf_a)]  # half a lease later, nobody took it: retry
     someone_else = Me(other.author.peer_id, "executor")
     assert executor.decide(tree, someone_else, 51) != [Claim(leaf_a)]  # it holds leaf b: it works on that
+
+
+def test_a_redraft_tells_the_model_what_was_rejected_and_differs_from_it() -> None:
+    from agents.llm.base import DecomposeRequest
+    from agents.llm.scripted import ScriptedBackend
+    from agents.roles.compose import compose
+
+    client, dec = Feed("c", "client"), Feed("d", "decomposer")
+    scorers = [Feed(f"s{i}", "scorer") for i in range(2)]
+    me = Me(dec.author.peer_id, "decomposer", "day")
+    goal = client.at(10, GoalBody(text="Plan a two-week trip to Japan", quorum=2, max_depth=2, claim_lease_ms=1000))
+    backend = ScriptedBackend(seed=1)
+    first = compose(Propose(goal.id, 1), fold([goal]), backend, me)
+    proposal = dec.at(100, first)
+    rejections = [s.at(200 + i, VoteBody(proposal=proposal.id, clarity=1, non_overlap=1, coverage=1,
+                                         approve=False)) for i, s in enumerate(scorers)]
+    tree = fold([goal, proposal, *rejections])
+
+    seen: list[DecomposeRequest] = []
+
+    class Recording(ScriptedBackend):
+        def decompose(self, request: DecomposeRequest):
+            seen.append(request)
+            return super().decompose(request)
+
+    second = compose(Propose(goal.id, 2), tree, Recording(seed=1), me)
+    assert seen[0].attempt == 2
+    assert seen[0].rejected == (tuple(s.title for s in first.subgoals),)
+    assert [s.title for s in second.subgoals] != [s.title for s in first.subgoals]
+    assert second.strategy != first.strategy
