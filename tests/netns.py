@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import subprocess
 
 _subnets = itertools.count(os.getpid() % 200 + 20)
@@ -33,6 +34,12 @@ class NetnsLab:
         _ip("link", "add", self.bridge, "type", "bridge")
         _ip("addr", "add", f"10.231.{self.subnet}.1/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
+        # A Docker engine on the host sets the FORWARD policy to DROP and makes bridged
+        # frames pass iptables (br_netfilter): let this bridge forward to itself.
+        self._forward_rule = ["FORWARD", "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"]
+        self._iptables = shutil.which("iptables")
+        if self._iptables:
+            subprocess.run([self._iptables, "-I", *self._forward_rule], capture_output=True, check=True)
 
     def add_host(self, name: str) -> tuple[str, tuple[str, ...]]:
         """Create a namespace for ``name``; returns its ip and the command prefix to run in it."""
@@ -68,6 +75,8 @@ class NetnsLab:
         for namespace, _ in self.hosts.values():
             subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+        if self._iptables:
+            subprocess.run([self._iptables, "-D", *self._forward_rule], capture_output=True)
 
     def can_reach(self, src: str, dst: str, port: int) -> bool:
         """Whether a TCP connection from ``src``'s namespace to ``dst``'s port opens within 1 s."""
