@@ -81,10 +81,19 @@ class LabCluster:
             self.docker.images.get(self.image)
         except docker.errors.ImageNotFound:
             raise LabError(f"image {self.image} is not built; run 'make image' first") from None
+        self._remove_leftovers()
         self.network = self.docker.networks.create(
             f"swarm-lab-{self.run_id}", driver="bridge", labels={LABEL: self.run_id},
             options={"com.docker.network.bridge.enable_ip_masquerade": "false"},
         )
+
+    def _remove_leftovers(self) -> None:
+        """An interrupted run with the same id leaves containers and a network behind."""
+        selector = {"label": f"{LABEL}={self.run_id}"}
+        for container in self.docker.containers.list(all=True, filters=selector):
+            container.remove(force=True)
+        for network in self.docker.networks.list(filters=selector):
+            network.remove()
 
     # --- members --------------------------------------------------------------
 
