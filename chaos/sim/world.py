@@ -30,7 +30,6 @@ import trio
 import trio.testing
 
 from agents.core.events import GoalBody
-from agents.core.identity import Identity
 from agents.llm.scripted import STRATEGIES, ScriptedBackend
 from agents.member import Member
 from agents.simulate import EPOCH_MS, identity_for
@@ -213,7 +212,7 @@ class _World:
         """A client signs the goal, gossips it, and leaves once three members hold it
         (``swarm submit`` waits for one; three keeps one crash from losing the goal)."""
         client_dir = self.scratch / "client"
-        identity = Identity(identity_for(self.config.seed, "client", 0).seed)
+        identity = identity_for(self.config.seed, "client", 0)
         store = EventStore.open(client_dir)
         self._names[identity.peer_id[-8:]] = "client"
         network = self.fabric.endpoint(identity.peer_id)
