@@ -21,8 +21,6 @@ from typing import Literal
 
 from agents.core.clock import Timestamp
 from agents.core.events import Event, FailureBody, GoalBody, RenewBody, ResultBody, VoteBody
-from agents.core.fold import fold
-from agents.core.tree import PlanTree
 from chaos.history import History, MemberHistory
 
 Status = Literal["pass", "fail", "stall"]
@@ -45,10 +43,6 @@ class Verdict:
 
 def _short(peer_or_id: str) -> str:
     return peer_or_id[-8:] if peer_or_id.startswith(("12D", "Qm")) else peer_or_id[:8]
-
-
-def _trees(history: History) -> dict[str, PlanTree]:
-    return {m.name: fold(m.events) for m in history.live()}
 
 
 def _reference_digest(members: Iterable[MemberHistory]) -> str | None:
@@ -96,7 +90,7 @@ def quorum_safety(history: History) -> Verdict:
     that reached its quorum after a rival proposal on the same node reached its own."""
     checked = 0
     for member in history.live():
-        tree = fold(member.events)
+        tree = member.tree()
         proposals_on: dict[str, list[Event]] = defaultdict(list)
         for event in member.events:
             if event.kind == "proposal":
@@ -163,7 +157,7 @@ def claim_safety(history: History) -> Verdict:
     accepted_by_leaf: dict[str, set[str]] = defaultdict(set)
     checked = 0
     for member in history.live():
-        tree = fold(member.events)
+        tree = member.tree()
         by_id = {e.id: e for e in member.events}
         followups: dict[str, list[Event]] = defaultdict(list)
         claims_on: dict[str, list[Event]] = defaultdict(list)
@@ -231,7 +225,7 @@ def _scorers_deadlocked(history: History) -> str:
     if len(live) == len(scorers) or not history.live():
         return ""
     reference = max(history.live(), key=lambda m: len(m.events))
-    tree = fold(reference.events)
+    tree = reference.tree()
     for node in tree.walk():
         if node.leaf or node.status != "open":
             continue

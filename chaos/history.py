@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agents.core.events import Event
+from agents.core.fold import fold
+from agents.core.tree import PlanTree
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,13 @@ class MemberHistory:
     complete: bool = False
     completed_at: float | None = None
     restarts: list[Restart] = field(default_factory=list)
+    _folded: tuple[int, PlanTree] | None = field(default=None, repr=False, compare=False)
+
+    def tree(self) -> PlanTree:
+        """The plan its events fold to (folded once; the checkers each ask for it)."""
+        if self._folded is None or self._folded[0] != len(self.events):
+            self._folded = (len(self.events), fold(self.events))
+        return self._folded[1]
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""``swarm sim``: the deterministic simulation (``chaos.sim``), from the command line.
+"""``swarm sim`` and ``swarm chaos``: the two labs (``chaos.sim``, ``chaos.lab``), from the command line.
 
 ``swarm sim --seeds N`` judges N seeded runs and writes a report; ``swarm sim
 --seed S`` replays one run exactly and prints its trace, which is the bug
@@ -8,6 +8,7 @@ report when a seed fails.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from dataclasses import replace
@@ -113,13 +114,9 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         raise UsageError(str(exc)) from None
     if args.llm:
-        from dataclasses import replace as _replace
-
-        scenario = _replace(scenario, llm=args.llm)
+        scenario = replace(scenario, llm=args.llm)
     report_dir = Path(args.report or f"reports/chaos/{scenario.name}")
     if report_dir.exists():
-        import shutil
-
         shutil.rmtree(report_dir)
     started = time.perf_counter()
     print(f"swarm chaos: {scenario.name} (seed {scenario.seed}, model {scenario.llm}); report in {report_dir}")

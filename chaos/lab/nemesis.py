@@ -79,8 +79,7 @@ class Nemesis:
 
     def _apply_all(self) -> None:
         for name in self.cluster.running():
-            if self.cluster.members[name].state == "running" or self.cluster.members[name].state == "paused":
-                self._apply_network(name)
+            self._apply_network(name)
 
     # --- process faults -------------------------------------------------------
 
@@ -108,12 +107,14 @@ class Nemesis:
         self.record("restart" if again else "start", f"{name} {why}".strip())
 
     def after_start(self, name: str) -> None:
-        """A (re)started member is a fresh namespace: give it the faults in force."""
+        """A (re)started member is a fresh namespace, maybe with a new address: give it the
+        faults in force, and rewrite the others' partition rules, which name addresses."""
         self._apply_network(name)
         if name in self.proxied:
             self._start_proxy(name)
-            for other in self.cluster.running():  # the others' rules name its (maybe new) address
-                if other != name and self.groups:
+        if self.groups:
+            for other in self.cluster.running():
+                if other != name:
                     self._apply_network(other)
 
     # --- network faults -------------------------------------------------------
@@ -148,12 +149,12 @@ class Nemesis:
     # --- Toxiproxy --------------------------------------------------------------
 
     def proxy(self, name: str) -> None:
-        """Put Toxiproxy in front of ``name``'s libp2p port (before its peers connect)."""
+        """Put Toxiproxy in front of ``name``'s libp2p port from its next start on (call it
+        before the first start, so that every peer connects through the proxy)."""
         if self.cluster.toxiproxy_binary is None:
             raise LabError("this scenario uses Toxiproxy, whose server is not built: run 'make toxiproxy' "
                            "(it builds github.com/Shopify/toxiproxy/v2/cmd/server with go install)")
         self.proxied.add(name)
-        self._start_proxy(name)
 
     def _start_proxy(self, name: str) -> None:
         container = self.cluster.members[name].container

@@ -21,6 +21,7 @@ import structlog
 
 from agents.core.events import Event
 from agents.core.fold import fold
+from agents.core.tree import PlanTree
 from agents.llm.scripted import STRATEGIES
 from agents.store import EventStore
 from agents.store.sqlite import DB_NAME
@@ -48,7 +49,7 @@ class Recorder:
 
     def __init__(self, cluster: LabCluster, history: History, clock: Callable[[], float]) -> None:
         self.cluster, self.history, self.clock = cluster, history, clock
-        self.trees: dict[str, object] = {}
+        self.trees: dict[str, PlanTree] = {}  # each member's latest sampled plan
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="recorder", daemon=True)
         self.first_complete: float | None = None
@@ -124,10 +125,12 @@ class ScenarioRun:
                               scenario.skew_ms.get(name, 0))
             member = self.cluster.add(spec)
             self.history.members[name] = MemberHistory(name, role, member.peer_id, late=name in scenario.late)
+        for name in scenario.toxiproxy:
+            self.nemesis.proxy(name)
         first = [n for n in scenario.member_names() if n not in scenario.late]
         for name in first:
             self.cluster.start(name)
-            self.nemesis.after_start(name) if name not in scenario.toxiproxy else self.nemesis.proxy(name)
+            self.nemesis.after_start(name)
         self.cluster.wait_listening(first)
         self.say(f"  {len(first)} members up; submitting the goal")
         answer = self.cluster.submit(scenario.goal, scenario.quorum, scenario.claim_lease_s)
@@ -216,7 +219,7 @@ class ScenarioRun:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for tree in list(self.recorder.trees.values()):
-                for node in tree.nodes.values():  # type: ignore[attr-defined]
+                for node in tree.nodes.values():
                     if node.status == "claimed" and by_peer.get(node.executor) in self.cluster.running():
                         self._chosen_holder = by_peer[node.executor]
                         return self._chosen_holder
@@ -227,14 +230,13 @@ class ScenarioRun:
         """Wait until every running member holds the same complete plan, or the bound passes."""
         deadline = time.monotonic() + self.scenario.complete_within_s
         while time.monotonic() < deadline:
-            self.recorder.sample()
+            time.sleep(SAMPLE_S)  # the recorder thread samples meanwhile
             running = self.cluster.running()
-            digests = {self.recorder.trees[n].digest for n in running if n in self.recorder.trees}  # type: ignore[attr-defined]
-            if (running and len(digests) == 1 and all(n in self.recorder.trees for n in running)
-                    and all(self.recorder.trees[n].complete for n in running)):  # type: ignore[attr-defined]
+            trees = [self.recorder.trees.get(n) for n in running]
+            if running and all(t is not None and t.complete for t in trees) \
+                    and len({t.digest for t in trees if t is not None}) == 1:
                 self.history.converged_at = round(self.now(), 3)
                 return
-            time.sleep(SAMPLE_S)
 
     def _finish(self) -> None:
         self.history.ended_at = round(self.now(), 3)

@@ -122,7 +122,8 @@ class SimFabric:
 
     # --- traffic --------------------------------------------------------------
 
-    def _delay_s(self) -> float:
+    def delay_s(self) -> float:
+        """The next message's (or frame's) delay under the current weather."""
         low, high = self.weather.delay_ms
         return self.rng.randint(low, high) / 1000
 
@@ -134,7 +135,7 @@ class SimFabric:
             copies = 2 if self.rng.random() < self.weather.duplicate else 1
             self.duplicated += copies - 1
             for _ in range(copies):
-                self._nursery.start_soon(self._deliver, sender, self._endpoints[peer], data, self._delay_s())
+                self._nursery.start_soon(self._deliver, sender, self._endpoints[peer], data, self.delay_s())
 
     async def _deliver(self, sender: str, target: SimNetwork, data: bytes, delay: float) -> None:
         await trio.sleep(delay)
@@ -145,7 +146,7 @@ class SimFabric:
             target.deliver(data)
 
     async def open_stream(self, opener: str, peer: str) -> SimStream:
-        await trio.sleep(self._delay_s())
+        await trio.sleep(self.delay_s())
         server = self._endpoints.get(peer)
         if not self.reachable(opener, peer) or server is None or server.handler is None:
             await trio.sleep(DIAL_FAIL_S)
@@ -190,7 +191,7 @@ class SimStream:
     async def send(self, frame: bytes) -> None:
         if self.closed or self._outbox is None:
             raise StreamClosed(f"sync stream to {self.peer[-8:]} is {'reset' if self.was_reset else 'closed'}")
-        await trio.sleep(self.fabric._delay_s())
+        await trio.sleep(self.fabric.delay_s())
         if self.closed:
             raise StreamClosed(f"sync stream to {self.peer[-8:]} was reset")
         try:

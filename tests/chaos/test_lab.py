@@ -98,6 +98,7 @@ def test_a_partition_blocks_both_directions_and_heal_restores_them(tmp_path) -> 
         nemesis.start("scorer-2")
         cluster.wait_listening(["scorer-2"])
         assert not _reaches(cluster, "scorer-2", "scorer-1")
+        assert not _reaches(cluster, "scorer-1", "scorer-2"), "the others' rules follow its address"
         assert [k for k, _ in faults] == ["partition", "heal", "loss", "loss", "kill", "partition", "restart"]
     finally:
         cluster.close()
