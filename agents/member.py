@@ -18,9 +18,11 @@ lost, other members' periodic pulls fetch them.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import structlog
 import trio
@@ -32,6 +34,7 @@ from agents.core.fold import fold
 from agents.core.identity import Identity
 from agents.core.intake import Admitted, Held, Intake, Refused
 from agents.core.sync import EventIndex
+from agents.core.transitions import Transition, changes
 from agents.core.tree import PlanTree
 from agents.llm.base import Backend
 from agents.net.base import Network, PeerStream, StreamClosed
@@ -90,10 +93,17 @@ class Member:
         now_ms=wall_ms,
         think_in_thread: bool = True,
         trace: Callable[[str], None] | None = None,
+        on_transition: Callable[[Transition], None] | None = None,
+        transitions_path: Path | None = None,
     ) -> None:
         """``think_in_thread=False`` runs model calls inline: the simulated world needs it,
         since a thread's real duration would let a mock clock jump. ``trace`` receives a
-        one-line account of each thing this member does (the simulator's trace)."""
+        one-line account of each thing this member does (the simulator's trace).
+
+        Every change of what this member shows (accepted split, claim holder, accepted
+        result; ``agents.core.transitions``) goes to ``on_transition`` and is appended to
+        ``transitions_path`` (JSON lines with the member's wall clock and HLC), starting
+        with a ``start`` record and the first fold from the store."""
         self.role = role
         self.store = store
         self.network = network
@@ -109,7 +119,13 @@ class Member:
             self.author.resume(store.events_by(identity.peer_id))
         for event in self.index.events():
             self.clock.restore(event.ts) if event.author == identity.peer_id else None
+        self._on_transition = on_transition
+        self._transitions_file = open(transitions_path, "a", encoding="utf-8") if transitions_path else None  # noqa: SIM115 (closed in close())
+        self._now_ms = now_ms
+        self._show(Transition("start"))
         self.tree: PlanTree = fold(self.index.events())
+        for change in changes(None, self.tree):
+            self._show(change)
         self.changed = trio.Event()
         self.sync_now = trio.Event()
         self._model_busy = False
@@ -145,16 +161,31 @@ class Member:
             self.store.bump("refused")
             self._log.warning("event refused", rule=answer.rule, reason=answer.reason[:300])
 
-    def _refold(self) -> None:
-        from agents.core.reorgs import reorganised
+    def _show(self, change: Transition) -> None:
+        if self._on_transition is not None:
+            self._on_transition(change)
+        if self._transitions_file is not None:
+            record = {"at_ms": self._now_ms(), "hlc": list(self.clock.last), **change.to_json()}
+            self._transitions_file.write(json.dumps(record) + "\n")
+            self._transitions_file.flush()
 
+    def close(self) -> None:
+        """Release what the member holds outside trio (its transition log)."""
+        if self._transitions_file is not None:
+            self._transitions_file.close()
+            self._transitions_file = None
+
+    def _refold(self) -> None:
         tree = fold(self.index.events())
-        changed = reorganised(self.tree, tree)
-        if changed:
-            self.stats.reorganisations += len(changed)
-            self._log.warning("reorganisation", nodes=[n[:10] for n in changed])
-            if self._trace:
-                self._trace(f"reorganisation of {len(changed)} node(s): {' '.join(n[:8] for n in changed)}")
+        for change in changes(self.tree, tree):
+            self._show(change)
+            if change.revokes:
+                self.stats.reorganisations += 1
+                self._log.warning("reorganisation", kind=change.kind, node=change.node[:10],
+                                  before=str(change.before)[:10], after=str(change.after)[:10])
+                if self._trace:
+                    self._trace(f"reorganisation: {change.kind} of {change.node[:8]} "
+                                f"{str(change.before)[:8]} -> {str(change.after)[:8]}")
         self.tree = tree
         if tree.pending:
             self.sync_now.set()

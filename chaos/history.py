@@ -32,6 +32,18 @@ class Restart:
     lost: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Shown:
+    """One change of what a member showed (``agents.core.transitions``), at run time ``at``.
+    ``kind == "start"`` marks the member (re)starting; the changes after it are its first fold."""
+
+    at: float
+    kind: str  # start, split, holder, result
+    node: str = ""
+    before: str | None = None
+    after: str | None = None
+
+
 @dataclass
 class MemberHistory:
     name: str
@@ -45,6 +57,7 @@ class MemberHistory:
     complete: bool = False
     completed_at: float | None = None
     restarts: list[Restart] = field(default_factory=list)
+    shown: list[Shown] = field(default_factory=list)  # every change of what it showed, in order
     _folded: tuple[int, PlanTree] | None = field(default=None, repr=False, compare=False)
 
     def tree(self) -> PlanTree:

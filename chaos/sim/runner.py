@@ -19,6 +19,7 @@ from pathlib import Path
 import structlog
 
 from chaos.checkers import Verdict, check
+from chaos.checkers.finality import revocations
 from chaos.sim.world import SimConfig, run_seed
 
 
@@ -30,6 +31,7 @@ class SeedOutcome:
     converged: bool
     virtual_s: float
     digests: tuple[str, ...]  # of the live members, sorted and deduplicated
+    revocations: int  # times a member replaced or withdrew a split or result it showed
     trace: tuple[str, ...]  # kept only when something broke (or when asked)
 
     @property
@@ -59,6 +61,7 @@ def judge(config: SimConfig, keep_trace: bool = False) -> SeedOutcome:
         converged=len(digests) == 1,
         virtual_s=run.history.ended_at,
         digests=digests,
+        revocations=revocations(run.history),
         trace=tuple(run.trace) if (broke or keep_trace) else (),
     )
 
@@ -113,6 +116,8 @@ def report(base: SimConfig, outcomes: list[SeedOutcome], seconds: float) -> dict
         "completed": sum(o.completed for o in outcomes),
         "converged": sum(o.converged for o in outcomes),
         "stalled": len(stalls),
+        "revocations": sum(o.revocations for o in outcomes),
+        "seeds_with_revocations": sum(1 for o in outcomes if o.revocations),
         "violations": violations,
         "stalls": stalls,
         "passed": not violations,

@@ -34,7 +34,7 @@ from agents.llm.scripted import STRATEGIES, ScriptedBackend
 from agents.member import Member
 from agents.simulate import EPOCH_MS, identity_for
 from agents.store import EventStore
-from chaos.history import History, MemberHistory, Restart
+from chaos.history import History, MemberHistory, Restart, Shown
 from chaos.sim.faults import FaultPlan, Step, draw_plan
 from chaos.sim.network import LinkWeather, SimFabric, SimNetwork
 
@@ -123,6 +123,8 @@ class _Slot:
             backend=self.backend if self.role != "observer" else None, strategy=self.strategy,
             now_ms=self.now_ms, think_in_thread=False,
             trace=lambda line: self.world.say(self.name, line),
+            on_transition=lambda change: self.record.shown.append(
+                Shown(round(self.world.now(), 3), change.kind, change.node, change.before, change.after)),
         )
         self.state = "up"
         await self.world.nursery.start(self._live, network)

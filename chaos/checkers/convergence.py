@@ -1,0 +1,66 @@
+"""Convergence, late joins and durability: did every member end with the same plan, and keep it?"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from chaos.checkers.verdict import Status, Verdict
+from chaos.history import History, MemberHistory
+
+
+def _reference_digest(members: Iterable[MemberHistory]) -> str | None:
+    counts = Counter(m.digest for m in members)
+    return min(counts, key=lambda d: (-counts[d], d)) if counts else None
+
+
+def convergence(history: History) -> Verdict:
+    """Every live member holds the same plan digest, within the bound after the last fault."""
+    live = history.live()
+    if not live:
+        return Verdict("convergence", "fail", "no member was alive at the end")
+    digests = Counter(m.digest for m in live)
+    if len(digests) > 1:
+        groups = "; ".join(
+            f"{d[:12]}: {', '.join(sorted(m.name for m in live if m.digest == d))}" for d in sorted(digests)
+        )
+        return Verdict("convergence", "fail",
+                       f"{len(live)} live members ended with {len(digests)} digests ({groups}) "
+                       f"at t={history.ended_at:.1f}s, {history.ended_at - history.last_fault_at:.1f}s "
+                       "after the last fault")
+    agreed = max((at for at, name, _ in history.samples if history.members[name].alive), default=0.0)
+    settle = max(0.0, agreed - history.last_fault_at)
+    evidence = (f"all {len(live)} live members at digest {next(iter(digests))[:12]} since t={agreed:.1f}s, "
+                f"{settle:.1f}s after the last fault (bound {history.convergence_bound_s:.0f}s)")
+    status: Status = "pass" if settle <= history.convergence_bound_s else "fail"
+    return Verdict("convergence", status, evidence)
+
+
+def late_join(history: History) -> Verdict:
+    """A member that joined late rebuilt the same plan as everyone else."""
+    late = [m for m in history.live() if m.late]
+    if not late:
+        return Verdict("late_join", "pass", "no member joined late in this run")
+    reference = _reference_digest(m for m in history.live() if not m.late) or _reference_digest(late)
+    wrong = [m.name for m in late if m.digest != reference]
+    if wrong:
+        return Verdict("late_join", "fail",
+                       f"late joiner(s) {', '.join(wrong)} differ from the others' digest {str(reference)[:12]}")
+    return Verdict("late_join", "pass",
+                   f"{len(late)} late joiner(s) ({', '.join(m.name for m in late)}) rebuilt digest {str(reference)[:12]}")
+
+
+def durability(history: History) -> Verdict:
+    """A restarted member lost nothing it had stored before it went down."""
+    restarts = [(m.name, r) for m in history.members.values() for r in m.restarts]
+    for name, restart in restarts:
+        if restart.lost:
+            return Verdict("durability", "fail",
+                           f"{name} restarted at t={restart.at:.1f}s without {len(restart.lost)} of the "
+                           f"{restart.held_before} events it held: {', '.join(i[:8] for i in restart.lost[:5])}")
+    held = sum(r.held_before for _, r in restarts)
+    return Verdict("durability", "pass",
+                   f"{len(restarts)} restart(s), all {held} previously held events still there"
+                   if restarts else "no member restarted in this run")
+
+
