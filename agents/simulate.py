@@ -26,7 +26,7 @@ from agents.core.clock import HybridClock
 from agents.core.events import Event, GoalBody, Role
 from agents.core.fold import fold
 from agents.core.identity import Identity
-from agents.core.reorgs import reorganised
+from agents.core.transitions import revocations
 from agents.core.tree import PlanTree
 from agents.llm.base import Backend
 from agents.llm.scripted import STRATEGIES
@@ -146,7 +146,7 @@ def simulate(config: SimulationConfig, make_backend: Callable[[int], Backend]) -
         if new:
             events.extend(new)
             folded = fold(events)
-            changed = reorganised(tree, folded)
+            changed = [t.node for t in revocations(tree, folded)]
             if changed:
                 reorgs += len(changed)
                 log.info("reorganisation", nodes=[n[:10] for n in changed])
