@@ -27,21 +27,21 @@ from pathlib import Path
 import structlog
 import trio
 
+from agents.core.admission import Credentials
 from agents.core.author import Author
 from agents.core.clock import HybridClock
-from agents.core.events import AnyBody, Event, EventRefused, ResultBody, Role, decode_event
+from agents.core.events import AnyBody, Event, EventRefused, ResultBody, decode_event
 from agents.core.fold import fold
-from agents.core.identity import Identity
 from agents.core.intake import Admitted, Held, Intake, Refused
 from agents.core.sync import EventIndex
 from agents.core.transitions import Transition, changes
 from agents.core.tree import PlanTree
 from agents.llm.base import Backend
 from agents.net.base import Network, PeerStream, StreamClosed
-from agents.roles import POLICIES, Claim, Intent, Me, Renew
+from agents.roles import POLICIES, THINKING, Intent, Me, Renew
 from agents.roles.compose import compose, latency_key
 from agents.store import EventStore
-from agents.syncproto import SyncProtocolError, pull, serve_pull
+from agents.syncproto import SyncProtocolError, SyncRefused, pull, serve_pull
 
 log = structlog.get_logger("swarm.member")
 
@@ -58,8 +58,15 @@ def describe(event: Event) -> str:
         return f"{what} on node {body.node[:8]}: {body.strategy}, {len(body.subgoals)} subgoals"
     if event.kind == "vote":
         return f"{what} {'approving' if body.approve else 'rejecting'} proposal {body.proposal[:8]}"
-    if event.kind in ("claim",):
-        return f"{what} on leaf {body.leaf[:8]} at {event.ts}"
+    if event.kind in ("promise", "candidate", "ballot"):
+        extra = ""
+        if event.kind == "candidate":
+            extra = f" names {body.value[:8]}"
+        elif event.kind == "ballot":
+            extra = f" {'for' if body.approve else 'against'} {body.candidate[:8]}"
+        return f"{what} on node {body.node[:8]} round {body.round}{extra}"
+    if event.kind in ("claim", "ack"):
+        return f"{what} on leaf {body.leaf[:8]} epoch {body.epoch}"
     if event.kind in ("renew", "result", "failure"):
         return f"{what} for claim {body.claim[:8]} at {event.ts}"
     return what
@@ -72,7 +79,8 @@ def wall_ms() -> int:
 @dataclass
 class MemberStats:
     received: int = 0
-    refused: int = 0
+    refused: int = 0  # events refused, each counted once (by rule in ``Intake.refused``)
+    sync_refused: int = 0  # sync conversations refused: the peer holds no valid ticket
     held: int = 0
     synced_in: int = 0
     published: int = 0
@@ -83,11 +91,9 @@ class MemberStats:
 class Member:
     def __init__(
         self,
-        identity: Identity,
-        role: Role,
+        credentials: Credentials,
         store: EventStore,
         network: Network,
-        cluster: str,
         backend: Backend | None = None,
         strategy: str = "activity",
         now_ms=wall_ms,
@@ -104,21 +110,31 @@ class Member:
         result; ``agents.core.transitions``) goes to ``on_transition`` and is appended to
         ``transitions_path`` (JSON lines with the member's wall clock and HLC), starting
         with a ``start`` record and the first fold from the store."""
+        identity = credentials.identity
+        role = credentials.role
+        self.credentials = credentials
         self.role = role
         self.store = store
         self.network = network
-        self.cluster = cluster
+        self.cluster = credentials.cluster
         self.backend = backend
         self.clock = HybridClock(now_ms)
-        self.intake = Intake(self.clock)
-        self.author = Author(identity, role, self.clock) if role != "observer" else None
-        self.me = Me(identity.peer_id, role, strategy)
+        self.intake = Intake(self.clock, credentials.gate)
+        self.author = (Author(identity, role, self.clock, credentials.ticket.sig)  # type: ignore[arg-type]
+                       if role != "observer" else None)
+        self.me = Me(identity.peer_id, role, strategy)  # type: ignore[arg-type]
         self.index = EventIndex(store.events())
         self.stats = MemberStats(refused=store.counters().get("refused", 0))
-        if self.author is not None:
-            self.author.resume(store.events_by(identity.peer_id))
+        # Restart safety: the clock starts after every event held (not only our own), and a
+        # member whose store holds none of its own events learns its feed from a peer before
+        # it signs anything: a lost store must never make it sign seq 1 again (a fork).
         for event in self.index.events():
-            self.clock.restore(event.ts) if event.author == identity.peer_id else None
+            self.clock.restore(event.ts)
+        own = store.events_by(identity.peer_id)
+        self.author_ready = trio.Event()
+        if self.author is not None and own:
+            self.author.resume(own)
+            self.author_ready.set()
         self._on_transition = on_transition
         self._transitions_file = open(transitions_path, "a", encoding="utf-8") if transitions_path else None  # noqa: SIM115 (closed in close())
         self._now_ms = now_ms
@@ -147,19 +163,29 @@ class Member:
         return added
 
     def receive(self, raw: bytes, via: str = "gossip") -> None:
-        answer = self.intake.offer(raw)
+        self._take(self.intake.offer(raw), via)
+
+    def _take(self, answer, via: str) -> Event | None:
+        """Count and log an intake answer; returns the event when it is admitted."""
         if isinstance(answer, Admitted):
             self.stats.received += 1
             if answer.event.id not in self.index:
-                self._admit([answer.event], via)
                 self._log.debug("admitted", event_id=answer.event.id, via=via)
+                return answer.event
         elif isinstance(answer, Held):
             self.stats.held += 1
-            self._log.warning("event held", reason=answer.reason)
-        elif isinstance(answer, Refused):
+            self._log.info("event held", reason=answer.reason[:300])
+        elif isinstance(answer, Refused) and answer.first:
             self.stats.refused += 1
             self.store.bump("refused")
-            self._log.warning("event refused", rule=answer.rule, reason=answer.reason[:300])
+            self.store.bump(f"refused:{answer.rule}")
+            self._log.warning("event refused", via=via, rule=answer.rule, reason=answer.reason[:300])
+        return None
+
+    def _receive_one(self, raw: bytes) -> None:
+        event = self._take(self.intake.offer(raw), "gossip")
+        if event is not None:
+            self._admit([event], "gossip")
 
     def _show(self, change: Transition) -> None:
         if self._on_transition is not None:
@@ -195,6 +221,7 @@ class Member:
 
     async def publish(self, body: AnyBody) -> Event:
         assert self.author is not None, "an observer never publishes"
+        await self.author_ready.wait()
         event = self.author.sign(body)
         self._admit([event], "self")
         self.stats.published += 1
@@ -222,11 +249,14 @@ class Member:
 
     async def _receive_loop(self) -> None:
         async for raw in self.network.gossip:
-            self.receive(raw)
+            self._receive_one(raw)
 
     async def _serve(self, stream: PeerStream) -> None:
         try:
-            await serve_pull(stream, self.index, self.cluster)
+            await serve_pull(stream, self.index, self.credentials)
+        except SyncRefused as exc:
+            self.stats.sync_refused += 1
+            self._log.warning("sync refused", peer=stream.peer[-8:], reason=str(exc)[:200])
         except (StreamClosed, SyncProtocolError) as exc:
             self._log.debug("sync serve ended", peer=stream.peer[-8:], reason=str(exc)[:200])
 
@@ -238,7 +268,12 @@ class Member:
             self._log.debug("sync open failed", peer=peer[-8:], reason=str(exc)[:200])
             return 0
         try:
-            raws, _ = await pull(stream, self.index, self.cluster)
+            raws, _ = await pull(stream, self.index, self.credentials,
+                                 known=lambda event_id: self.intake.knows(event_id))
+        except SyncRefused as exc:
+            self.stats.sync_refused += 1
+            self._log.warning("sync refused", peer=peer[-8:], reason=str(exc)[:200])
+            return 0
         except (StreamClosed, SyncProtocolError) as exc:
             self._log.info("sync failed", peer=peer[-8:], reason=str(exc)[:200])
             return 0
@@ -247,16 +282,15 @@ class Member:
         events = []
         for raw in raws:
             try:
-                event = decode_event(raw)
+                answer = self.intake.admit(decode_event(raw))
             except EventRefused as exc:
-                self.stats.refused += 1
-                self.store.bump("refused")
-                self._log.warning("synced event refused", peer=peer[-8:], reason=str(exc)[:300])
-                continue
-            answer = self.intake.admit(event)
-            if isinstance(answer, Admitted):
+                answer = Refused(exc.rule, str(exc))
+                self.intake.refused[exc.rule] += 1
+            event = self._take(answer, "sync")
+            if event is not None:
                 events.append(event)
         added = self._admit(events, "sync") if events else 0
+        self._learned_own_feed()
         if added:
             self._log.info("synced", peer=peer[-8:], events=added)
             if self._trace:
@@ -265,6 +299,15 @@ class Member:
                 for event in events:
                     self._log.debug("admitted", event_id=event.id, via="sync")
         return added
+
+    def _learned_own_feed(self) -> None:
+        """After a completed pull: whatever a peer held of our own feed is ours now."""
+        if self.author is not None and not self.author_ready.is_set():
+            own = [e for e in self.index.events() if e.author == self.author.peer_id]
+            self.author.resume(own)
+            self.author_ready.set()
+            if own:
+                self._log.warning("recovered own feed from a peer", seq=self.author.seq)
 
     async def sync_all(self) -> int:
         total = 0
@@ -292,27 +335,35 @@ class Member:
 
     async def _act_loop(self, nursery: trio.Nursery) -> None:
         policy = POLICIES[self.role]
+        await self.author_ready.wait()
         while True:
-            now = self.clock.peek().ms
-            for intent in policy(self.tree, self.me, now):
-                if intent in self._done:
-                    continue
-                if isinstance(intent, Claim):
-                    # never remembered as done: a claim that lost may be made again once the
-                    # winner's lease lapses, and our own claim is folded before we decide again
-                    await self.publish(compose(intent, self.tree, self.backend, self.me))  # type: ignore[arg-type]
-                elif isinstance(intent, Renew):
-                    lease = self.tree.goal_of(self.tree.nodes[self.tree.claims[intent.claim].leaf]).claim_lease_ms
-                    if now - self._last_renew.get(intent.claim, 0) >= lease * RENEW_SPACING_FRACTION:
-                        self._last_renew[intent.claim] = now
-                        await self.publish(compose(intent, self.tree, self.backend, self.me))  # type: ignore[arg-type]
-                elif not self._model_busy:
+            self.changed = trio.Event()
+            if not await self._act_once(policy, nursery):
+                with trio.move_on_after(ACT_INTERVAL):
+                    await self.changed.wait()
+
+    async def _act_once(self, policy, nursery: trio.Nursery) -> bool:
+        """Carry out what the policy says now: start at most one model call, publish at most
+        one bookkeeping event. True when an event went out (decide again at once: the tree
+        changed, and the tree, not a memory of ours, says what was done)."""
+        now = self.clock.peek().ms
+        for intent in policy(self.tree, self.me, now):
+            if intent in self._done:
+                continue
+            if isinstance(intent, THINKING):
+                if not self._model_busy:
                     self._model_busy = True
                     self._done.add(intent)
                     nursery.start_soon(self._think, intent)
-            self.changed = trio.Event()
-            with trio.move_on_after(ACT_INTERVAL):
-                await self.changed.wait()
+                continue
+            if isinstance(intent, Renew):
+                lease = self.tree.goal_of(self.tree.nodes[self.tree.claims[intent.claim].leaf]).claim_lease_ms
+                if now - self._last_renew.get(intent.claim, 0) < lease * RENEW_SPACING_FRACTION:
+                    continue
+                self._last_renew[intent.claim] = now
+            await self.publish(compose(intent, self.tree, self.backend, self.me))  # type: ignore[arg-type]
+            return True
+        return False
 
     def _claim_gone(self, leaf: str, claim: str) -> bool:
         node = self.tree.nodes.get(leaf)

@@ -20,14 +20,15 @@ def _line(tree: PlanTree, node: Node) -> str:
     text = f"{node.title}  [{node.status}]"
     if node.split is not None:
         proposal = tree.proposals[node.split]
-        approvers = ", ".join(short(a) for a in proposal.approvals)
-        text += f"  split by {proposal.strategy} ({proposal.id[:8]}, approved by {approvers})"
+        approvers = ", ".join(short(a) for a in proposal.ballots)
+        text += f"  split by {proposal.strategy} ({proposal.id[:8]}, round {node.split_round}, accepted by {approvers})"
     elif not node.leaf:
-        drafts = [p for p in tree.proposals.values() if p.node == node.id]
+        drafts = tree.drafts(node.id)
         if drafts:
-            text += f"  {len(drafts)} draft split(s) awaiting quorum"
+            entered = tree.entered.get(node.id, {})
+            text += f"  {len(drafts)} draft(s), round {max(entered.values(), default=1)}"
     if node.leaf and node.executor:
-        text += f"  executor {short(node.executor)}"
+        text += f"  executor {short(node.executor)} (epoch {node.epoch})"
     return text
 
 
@@ -66,6 +67,8 @@ def summary(tree: PlanTree, refused: int = 0, reorganisations: int | None = None
         parts.append(f"{reorganisations} reorganisations")
     if tree.duplicate_results:
         parts.append(f"{tree.duplicate_results} duplicate results")
+    if tree.ignored:
+        parts.append(f"{tree.ignored} ignored")
     if tree.equivocators:
         parts.append(f"{len(tree.equivocators)} equivocating author(s)")
     return " | ".join(parts)
@@ -81,28 +84,45 @@ def plan_json(tree: PlanTree, *, refused: int = 0, extra: dict[str, Any] | None 
         "quorum": first.quorum if first else None,
         "max_depth": first.max_depth if first else None,
         "claim_lease_ms": first.claim_lease_ms if first else None,
+        "scorers": list(first.scorers) if first else [],
         "goals": [
             {"id": g.id, "text": g.text, "author": g.author, "quorum": g.quorum,
-             "max_depth": g.max_depth, "claim_lease_ms": g.claim_lease_ms}
+             "max_depth": g.max_depth, "claim_lease_ms": g.claim_lease_ms, "scorers": list(g.scorers),
+             "hold_limit_ms": g.hold_limit_ms, "round_ms": g.round_ms}
             for g in tree.goals
         ],
         "nodes": [
             {"id": n.id, "parent": n.parent, "goal": n.goal, "depth": n.depth, "title": n.title,
              "description": n.description, "leaf": n.leaf, "status": n.status, "split": n.split,
-             "children": list(n.children), "claim": n.claim, "executor": n.executor,
-             "lease_until": ts_list(n.lease_until), "result": n.output, "result_event": n.result}
+             "split_round": n.split_round, "children": list(n.children), "claim": n.claim,
+             "executor": n.executor, "epoch": n.epoch,
+             "lease_until": ts_list(n.heartbeat.plus_ms(tree.goal_of(n).claim_lease_ms))
+             if n.heartbeat is not None and n.status == "claimed" else None,
+             "result": n.output, "result_event": n.result}
             for n in tree.walk()
         ],
         "proposals": [
             {"id": p.id, "node": p.node, "author": p.author, "strategy": p.strategy,
-             "subgoals": list(p.subgoals), "status": p.status, "approvals": list(p.approvals),
-             "rejections": list(p.rejections), "quorum_at": ts_list(p.quorum_at)}
+             "subgoals": list(p.subgoals), "status": p.status, "draft": p.draft_number,
+             "approvals": list(p.approvals), "rejections": list(p.rejections), "score": p.score,
+             "accepted_by": list(p.ballots)}
             for p in sorted(tree.proposals.values(), key=lambda p: (p.at, p.id))
         ],
+        "rounds": [
+            {"node": r.node, "round": r.round, "coordinator": r.coordinator, "candidate": r.candidate,
+             "value": r.value, "forced": r.forced, "approvals": list(r.approvals),
+             "rejections": list(r.rejections), "promised": list(r.promised)}
+            for _, r in sorted(tree.rounds.items())
+        ],
         "claims": [
-            {"id": c.id, "leaf": c.leaf, "executor": c.executor, "at": ts_list(c.at),
-             "status": c.status, "lease_until": ts_list(c.lease_until)}
+            {"id": c.id, "leaf": c.leaf, "executor": c.executor, "at": ts_list(c.at), "epoch": c.epoch,
+             "acks": list(c.acks), "status": "granted" if c.granted else "waiting"}
             for c in sorted(tree.claims.values(), key=lambda c: (c.at, c.id))
+        ],
+        "results": [
+            {"id": r.id, "leaf": r.leaf, "claim": r.claim, "executor": r.executor, "at": ts_list(r.at),
+             "status": r.status, "accepted_by": list(r.ballots)}
+            for r in sorted(tree.results.values(), key=lambda r: (r.at, r.id))
         ],
         "members": [{"peer": peer, "role": role, "models": list(models)}
                     for peer, (role, models) in tree.members.items()],
@@ -110,7 +130,7 @@ def plan_json(tree: PlanTree, *, refused: int = 0, extra: dict[str, Any] | None 
         "pending": tree.pending,
         "refused": refused,
         "duplicate_results": tree.duplicate_results,
-        "orphaned_results": tree.orphaned_results,
+        "ignored": tree.ignored,
         "equivocators": sorted(tree.equivocators),
         "feed_issues": [
             {"author": i.author, "seq": i.seq, "rule": i.rule, "detail": i.detail} for i in tree.issues

@@ -2,16 +2,20 @@
 
 One conversation, opened by the member that wants to catch up (the *puller*)::
 
-    puller -> server   {"type": "summary", "cluster": C, "authors": {...}}
-    server -> puller   {"type": "offer", "summary": {...}, "authors": {...}}
+    puller -> server   {"type": "summary", "cluster": C, "ticket": T, "authors": {...}}
+    server -> puller   {"type": "offer", "ticket": T, "summary": {...}, "authors": {...}}
     puller -> server   {"type": "need", "ids": [...]}          (at most BATCH ids)
     server -> puller   {"type": "events", "events": [...]}     (wire JSON of each)
     ... need / events repeat until nothing is missing ...
     puller -> server   {"type": "done"}
 
 Every member pulls from every peer it talks to, so both directions are covered
-without a push. The server answers from its own event set and never trusts what
-it is told: the puller verifies every event it receives as if it came by gossip.
+without a push. Each side opens with its admission ticket (``T`` = ``{"peer",
+"role", "sig"}``); a side whose ticket does not admit the stream's peer in this
+cluster is refused before anything is exchanged. The server answers from its
+own event set and never trusts what it is told: the puller verifies every event
+it receives as if it came by gossip, and does not ask for ids its intake already
+knows (held, refused, or due later).
 The offer also carries the server's summary, which ``swarm submit`` uses to see
 that a peer holds its goal. Messages are strict: a decode error says what was
 expected and what came.
@@ -20,8 +24,10 @@ expected and what came.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
+from agents.core.admission import Credentials, TicketError
 from agents.core.sync import AuthorOffer, AuthorSummary, EventIndex, Offer, Summary
 from agents.net.base import PeerStream, StreamClosed
 
@@ -31,6 +37,23 @@ PROTOCOL = "/swarm/sync/1.0.0"
 
 class SyncProtocolError(Exception):
     """The peer broke the protocol: the message says what was expected and what came."""
+
+
+class SyncRefused(SyncProtocolError):
+    """The peer is not admitted to this cluster (no valid ticket for its peer id)."""
+
+
+def _check_ticket(message: dict[str, Any], stream: PeerStream, me: Credentials) -> str:
+    """The peer's role, once its ticket admits the stream's peer id in our cluster."""
+    ticket = message.get("ticket")
+    if not (isinstance(ticket, dict) and all(isinstance(ticket.get(k), str) for k in ("peer", "role", "sig"))):
+        raise SyncRefused(f"{stream.peer[-8:]} sent no ticket; it must be admitted with 'swarm admit'")
+    if ticket["peer"] != stream.peer:
+        raise SyncRefused(f"{stream.peer[-8:]} presented the ticket of another peer ({ticket['peer'][-8:]})")
+    if not me.gate.admits(ticket["peer"], ticket["role"], ticket["sig"]):
+        raise SyncRefused(f"{stream.peer[-8:]}'s ticket does not admit it to cluster {me.cluster!r} as "
+                          f"{ticket['role']!r}")
+    return ticket["role"]
 
 
 def _encode(message: dict[str, Any]) -> bytes:
@@ -77,14 +100,16 @@ def _offer_from(data: Any) -> Offer:
     return Offer(authors)
 
 
-async def serve_pull(stream: PeerStream, index: EventIndex, cluster: str) -> int:
+async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials) -> int:
     """Answer one peer's pull from our events. Returns how many events we sent."""
     hello = _decode(await stream.receive(), "summary")
-    if hello.get("cluster") != cluster:
-        raise SyncProtocolError(f"peer is in cluster {hello.get('cluster')!r}, we are in {cluster!r}")
+    if hello.get("cluster") != me.cluster:
+        raise SyncRefused(f"peer is in cluster {hello.get('cluster')!r}, we are in {me.cluster!r}")
+    _check_ticket(hello, stream, me)
     offer = index.offer_for(_summary_from(hello.get("authors")))
     await stream.send(_encode({
         "type": "offer",
+        "ticket": me.ticket.wire(),
         "summary": _summary_json(index.summary()),
         "authors": {a: [o.after_seq, list(o.ids)] for a, o in (offer.authors if offer else {}).items()},
     }))
@@ -101,14 +126,17 @@ async def serve_pull(stream: PeerStream, index: EventIndex, cluster: str) -> int
         sent += len(events)
 
 
-async def pull(stream: PeerStream, index: EventIndex, cluster: str) -> tuple[list[bytes], Summary]:
-    """Pull from the peer what it offers and we lack. Returns the raw events (unverified:
-    run them through the intake) and the peer's summary."""
-    await stream.send(_encode({"type": "summary", "cluster": cluster, "authors": _summary_json(index.summary())}))
+async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
+               known: Callable[[str], bool] = lambda _id: False) -> tuple[list[bytes], Summary]:
+    """Pull from the peer what it offers and we lack (and ``known`` does not rule out).
+    Returns the raw events (unverified: run them through the intake) and the peer's summary."""
+    await stream.send(_encode({"type": "summary", "cluster": me.cluster, "ticket": me.ticket.wire(),
+                               "authors": _summary_json(index.summary())}))
     reply = _decode(await stream.receive(), "offer")
+    _check_ticket(reply, stream, me)
     theirs = _summary_from(reply.get("summary"))
     offer = _offer_from(reply.get("authors"))
-    wanted = [i for o in offer.authors.values() for i in o.ids if i not in index]
+    wanted = [i for o in offer.authors.values() for i in o.ids if i not in index and not known(i)]
     received: list[bytes] = []
     for start in range(0, len(wanted), BATCH):
         await stream.send(_encode({"type": "need", "ids": wanted[start:start + BATCH]}))
@@ -121,4 +149,5 @@ async def pull(stream: PeerStream, index: EventIndex, cluster: str) -> tuple[lis
     return received, theirs
 
 
-__all__ = ["BATCH", "PROTOCOL", "StreamClosed", "SyncProtocolError", "pull", "serve_pull"]
+__all__ = ["BATCH", "PROTOCOL", "StreamClosed", "SyncProtocolError", "SyncRefused", "TicketError", "pull",
+           "serve_pull"]

@@ -6,16 +6,16 @@ import argparse
 import signal
 import socket
 import sys
-import tempfile
 from pathlib import Path
 
 import structlog
 import trio
 
-from agents.cli.errors import CommandError
-from agents.core.events import EventRefused, GoalBody, decode_event
+from agents.cli.errors import CommandError, UsageError
+from agents.clusterdir import AdmissionError, credentials, read_members
+from agents.core.admission import Credentials
+from agents.core.events import GoalBody
 from agents.core.fold import fold
-from agents.core.identity import Identity
 from agents.keyfile import KeyFileError, load_or_create
 from agents.member import Member
 from agents.render import plan_json, plan_markdown, render_tree, summary
@@ -30,16 +30,9 @@ def add_network_options(parser: argparse.ArgumentParser) -> None:
                         help=f"address to listen on (repeatable; default {DEFAULT_LISTEN})")
     parser.add_argument("--bootstrap", action="append", default=[], metavar="MULTIADDR",
                         help="a peer to dial, /ip4/.../tcp/.../p2p/<peer id> (repeatable)")
-    parser.add_argument("--cluster", default="default", help="cluster name: the gossip topic and sync scope")
+    parser.add_argument("--cluster", help="cluster name (default: the one the member's ticket names; "
+                        "given, it must match)")
     parser.add_argument("--no-mdns", dest="mdns", action="store_false", help="do not discover peers by mDNS")
-
-
-def _valid_event(data: bytes) -> bool:
-    try:
-        decode_event(data)
-    except EventRefused:
-        return False
-    return True
 
 
 def _mdns_listen(listen: list[str], mdns: bool) -> list[str]:
@@ -58,22 +51,30 @@ def _mdns_listen(listen: list[str], mdns: bool) -> list[str]:
     return [a.replace("/ip4/0.0.0.0/", f"/ip4/{ip}/") for a in listen]
 
 
-def _network(identity: Identity, args: argparse.Namespace):
+def _network(creds: Credentials, args: argparse.Namespace):
     from agents.net.p2p import Libp2pNetwork
 
     try:
         listen = _mdns_listen(args.listen or [DEFAULT_LISTEN], args.mdns)
-        return Libp2pNetwork(identity, args.cluster, listen, args.bootstrap,
-                             mdns=args.mdns, validator=_valid_event)
+        return Libp2pNetwork(creds.identity, creds.cluster, listen, args.bootstrap, mdns=args.mdns)
     except ValueError as exc:
         raise CommandError(f"bad multiaddr in --listen or --bootstrap: {exc}") from None
 
 
-def _open(data_dir: Path) -> tuple[Identity, EventStore]:
+def _open(data_dir: Path, role: str | None, args: argparse.Namespace) -> tuple[Credentials, EventStore]:
+    """The member's credentials (its key and ticket: no ticket, no start) and its store."""
     try:
-        return load_or_create(data_dir), EventStore.open(data_dir)
-    except (KeyFileError, StoreError) as exc:
+        identity = load_or_create(data_dir)
+        creds = credentials(data_dir, identity, role, getattr(args, "cluster", None))
+        return creds, EventStore.open(data_dir)
+    except (KeyFileError, StoreError, AdmissionError) as exc:
         raise CommandError(str(exc)) from None
+
+
+def _member(creds: Credentials, store: EventStore, network, data_dir: Path, **kwargs) -> Member:
+    member = Member(creds, store, network, transitions_path=data_dir / "transitions.jsonl", **kwargs)
+    network.validator = member.intake.screen
+    return member
 
 
 def _write_addrs(data_dir: Path, addresses: list[str]) -> None:
@@ -95,33 +96,35 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
     # "{hostname}" lets replicas of one compose service share a volume, a directory each
     data_dir = Path(args.data_dir.replace("{hostname}", socket.gethostname()))
-    identity, store = _open(data_dir)
+    creds, store = _open(data_dir, args.role, args)
+    identity = creds.identity
     backend = None
-    if args.role != "observer":
+    if creds.role != "observer":
         try:
             backend = llm.create(args.llm, seed=int(identity.public_key[:4].hex(), 16), latency=args.llm_latency,
                                  model=args.model, threads=args.llm_threads, timeout=args.llm_timeout,
                                  url=args.llm_url)
         except llm.LLMError as exc:
             raise CommandError(str(exc)) from None
-    network = _network(identity, args)
+    network = _network(creds, args)
     members: list[Member] = []
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_until_signal, nursery.cancel_scope)
+            member = _member(creds, store, network, data_dir, backend=backend, strategy=args.strategy)
+            members.append(member)
             await nursery.start(network.run)
             _write_addrs(data_dir, network.addresses())
-            member = Member(identity, args.role, store, network, args.cluster, backend, args.strategy)
-            members.append(member)
             await nursery.start(member.run)
-            log.info("member running", role=args.role, peer=identity.peer_id, data_dir=str(data_dir),
-                     events=len(member.index))
+            log.info("member running", role=creds.role, peer=identity.peer_id, cluster=creds.cluster,
+                     data_dir=str(data_dir), events=len(member.index))
 
     trio.run(main)
     store.close()
     if members:
-        log.info("member stats", **vars(members[0].stats))
+        members[0].close()
+        log.info("member stats", **vars(members[0].stats), refused_by_rule=dict(members[0].intake.refused))
     if backend is not None:
         log.info("model usage", backend=backend.name, model=backend.model, calls=getattr(backend, "calls", 0),
                  tokens=getattr(backend, "tokens", 0), seconds=round(getattr(backend, "seconds", 0.0), 2))
@@ -141,17 +144,24 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     if not args.bootstrap and not args.mdns:
         raise CommandError("swarm submit needs a peer: give --bootstrap MULTIADDR (or allow mDNS)")
-    data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="swarm-submit-"))
-    identity, store = _open(data_dir)
-    network = _network(identity, args)
-    body = GoalBody(text=args.goal, quorum=args.quorum, max_depth=args.max_depth,
-                    claim_lease_ms=int(args.claim_lease * 1000))
+    data_dir = Path(args.data_dir)
+    scorers = _roster(args)
+    quorum = args.quorum or len(scorers) // 2 + 1
+    try:
+        body = GoalBody(text=args.goal, scorers=scorers, quorum=quorum, max_depth=args.max_depth,
+                        claim_lease_ms=int(args.claim_lease * 1000),
+                        hold_limit_ms=int((args.hold_limit or 4 * args.claim_lease) * 1000),
+                        round_ms=int(args.round * 1000))
+    except ValueError as exc:
+        raise UsageError(f"not a valid goal: {str(exc).splitlines()[-1].strip()}") from None
+    creds, store = _open(data_dir, "client", args)
+    network = _network(creds, args)
     outcome: dict[str, str] = {}
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
+            member = _member(creds, store, network, data_dir)
             await nursery.start(network.run)
-            member = Member(identity, "client", store, network, args.cluster)
             await nursery.start(member.run)
             with trio.move_on_after(args.timeout):
                 if not await _connected(network, args.timeout):
@@ -163,12 +173,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
                     for peer in network.connected_peers():
                         try:
                             stream = await network.open_stream(peer)
-                            _, theirs = await pull(stream, member.index, args.cluster)
+                            _, theirs = await pull(stream, member.index, creds)
                             await stream.aclose()
                         except Exception as exc:  # the peer may be starting up; try again
                             log.debug("ack check failed", peer=peer, error=repr(exc)[:100])
                             continue
-                        mine = theirs.authors.get(identity.peer_id)
+                        mine = theirs.authors.get(creds.identity.peer_id)
                         if mine is not None and mine.prefix_id == goal.id:
                             outcome["acked"] = peer
                             break
@@ -186,18 +196,34 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _roster(args: argparse.Namespace) -> tuple[str, ...]:
+    if args.scorers:
+        return tuple(sorted({p.strip() for p in args.scorers.split(",") if p.strip()}))
+    if args.roster:
+        try:
+            members = read_members(Path(args.roster))
+        except AdmissionError as exc:
+            raise UsageError(str(exc)) from None
+        scorers = tuple(sorted({m["peer"] for m in members if m["role"] == "scorer"}))
+        if not scorers:
+            raise UsageError(f"{args.roster} lists no scorer; admit some with 'swarm admit CLUSTER_DIR --role scorer'")
+        return scorers
+    raise UsageError("a goal names the scorers who decide it: give --roster CLUSTER_DIR/members.json "
+                     "or --scorers PEER,PEER,...")
+
+
 def cmd_observe(args: argparse.Namespace) -> int:
-    data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="swarm-observe-"))
-    identity, store = _open(data_dir)
-    network = _network(identity, args)
+    data_dir = Path(args.data_dir)
+    creds, store = _open(data_dir, "observer", args)
+    network = _network(creds, args)
     state: dict[str, object] = {"timed_out": False}
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_until_signal, nursery.cancel_scope)
-            await nursery.start(network.run)
-            member = Member(identity, "observer", store, network, args.cluster)
+            member = _member(creds, store, network, data_dir)
             state["member"] = member
+            await nursery.start(network.run)
             await nursery.start(member.run)
             with trio.move_on_after(args.timeout) as deadline:
                 while not network.connected_peers():
@@ -221,6 +247,7 @@ def cmd_observe(args: argparse.Namespace) -> int:
     trio.run(main)
     member = state["member"]
     assert isinstance(member, Member)
+    member.close()
     tree = member.tree
     _emit(tree, args, refused=member.stats.refused, reorganisations=member.stats.reorganisations)
     store.close()
@@ -303,10 +330,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     model.set_defaults(run=cmd_model)
 
     agent = sub.add_parser("agent", help="run one swarm member (a role) until stopped")
-    agent.add_argument("--role", required=True, choices=["decomposer", "scorer", "executor", "observer"])
+    agent.add_argument("--role", choices=["decomposer", "scorer", "executor", "observer"],
+                       help="the role (default: the one its ticket admits; given, it must match)")
     agent.add_argument("--data-dir", required=True,
-                       help="the member's identity key, event store and addrs file ({hostname} is replaced "
-                            "by this machine's name: replicas can share a volume)")
+                       help="the member's identity key, admission ticket (ticket.json), event store and addrs "
+                            "file ({hostname} is replaced by this machine's name)")
     add_llm_options(agent, latency_default=0.0)
     agent.add_argument("--strategy", default="activity", choices=STRATEGIES, help="decomposer: preferred split")
     add_network_options(agent)
@@ -314,11 +342,20 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     submit = sub.add_parser("submit", help="publish a goal and exit once a member holds it")
     submit.add_argument("goal")
-    submit.add_argument("--quorum", type=int, default=2)
+    roster = submit.add_mutually_exclusive_group()
+    roster.add_argument("--roster", metavar="MEMBERS.json",
+                        help="the scorers who decide this goal: every scorer in this members file "
+                             "(CLUSTER_DIR/members.json, written by swarm admit)")
+    roster.add_argument("--scorers", metavar="PEER,PEER,...", help="the scorers who decide this goal, by peer id")
+    submit.add_argument("--quorum", type=int, help="approving scorers a split needs (default: a majority of "
+                        "the roster; at least that)")
     submit.add_argument("--max-depth", type=int, default=3)
-    submit.add_argument("--claim-lease", type=float, default=30.0, help="seconds")
+    submit.add_argument("--claim-lease", type=float, default=30.0, help="seconds a silent holder keeps a leaf")
+    submit.add_argument("--hold-limit", type=float, help="seconds a holder may keep a leaf without a result "
+                        "(default: four leases)")
+    submit.add_argument("--round", type=float, default=30.0, help="seconds scorers wait in a round before the next")
     submit.add_argument("--timeout", type=float, default=30.0)
-    submit.add_argument("--data-dir", help="keep the client's identity and events here (default: a temp dir)")
+    submit.add_argument("--data-dir", required=True, help="the client's identity, ticket and events")
     add_network_options(submit)
     submit.set_defaults(run=cmd_submit)
 
@@ -328,7 +365,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     observe.add_argument("--timeout", type=float, default=60.0)
     observe.add_argument("--json", metavar="FILE")
     observe.add_argument("--md", metavar="FILE")
-    observe.add_argument("--data-dir", help="keep what it learns here (default: a temp dir)")
+    observe.add_argument("--data-dir", required=True, help="the observer's identity, ticket and what it learns")
     add_network_options(observe)
     observe.set_defaults(run=cmd_observe)
 

@@ -1,8 +1,11 @@
 """``swarm plan "GOAL"``: a whole swarm as local processes, no containers.
 
-Starts every decomposer, scorer and executor as its own ``swarm agent``
-process (each with its own data directory, identity and port on 127.0.0.1,
-and every other member as a bootstrap address), submits the goal, follows it
+Makes a cluster (``OUT/members/cluster``: an authority and its tickets, as an
+operator would with ``swarm cluster init`` and ``swarm admit``), starts every
+decomposer, scorer and executor as its own ``swarm agent`` process (each with
+its own data directory, identity, ticket and port on 127.0.0.1, and every
+other member as a bootstrap address), submits the goal with the scorers as
+its roster, follows it
 with an observer process until the plan is complete, writes ``OUT/plan.json``
 and ``OUT/plan.md``, and stops the processes. Nothing in this launcher takes
 part in the plan: it only starts processes and reads the observer's files.
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents.cli.errors import CommandError
-from agents.keyfile import load_or_create
+from agents.clusterdir import ClusterDir
 from agents.llm.scripted import STRATEGIES
 
 
@@ -112,10 +115,31 @@ def model_usage(procs: list[Proc]) -> dict[str, int | float]:
     return total
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
-    if args.quorum > args.scorers:
-        raise CommandError(f"quorum {args.quorum} can never be reached by {args.scorers} scorer(s); "
+def check_quorum(quorum: int, scorers: int) -> None:
+    """A quorum must be a majority of the scorers, so any two quorums share one."""
+    if quorum > scorers:
+        raise CommandError(f"quorum {quorum} can never be reached by {scorers} scorer(s); "
                            "lower --quorum or add --scorers")
+    if 2 * quorum <= scorers:
+        raise CommandError(f"quorum {quorum} is not a majority of {scorers} scorers: two quorums could accept "
+                           f"different splits; use at least {scorers // 2 + 1}")
+
+
+def provision(members_dir: Path, cluster: str, roles: list[tuple[str, int]]) -> tuple[ClusterDir, list[Proc]]:
+    """A cluster directory and an admitted data directory per member, plus client and observer."""
+    admin = ClusterDir.init(members_dir / "cluster", cluster)
+    procs = []
+    for role, i in roles:
+        ticket = admin.admit_dir(members_dir / f"{role}-{i}", role)
+        procs.append(Proc(f"{role}-{i}", members_dir / f"{role}-{i}", free_port(), ticket.peer))
+    admin.admit_dir(members_dir / "client", "client")
+    admin.admit_dir(members_dir / "observer", "observer")
+    return admin, procs
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    quorum = args.quorum or args.scorers // 2 + 1
+    check_quorum(quorum, args.scorers)
     out = Path(args.out)
     members_dir = out / "members"
     if members_dir.exists():
@@ -128,11 +152,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     roles = ([("decomposer", i) for i in range(args.decomposers)]
              + [("scorer", i) for i in range(args.scorers)]
              + [("executor", i) for i in range(args.executors)])
-    procs: list[Proc] = []
-    for role, i in roles:
-        data_dir = members_dir / f"{role}-{i}"
-        identity = load_or_create(data_dir)
-        procs.append(Proc(f"{role}-{i}", data_dir, free_port(), identity.peer_id))
+    admin, procs = provision(members_dir, args.cluster, roles)
     llm_extra = ("--llm-threads", str(args.llm_threads), "--llm-timeout", str(args.llm_timeout),
                  *(("--model", args.model) if args.model else ()),
                  *(("--llm-url", args.llm_url) if args.llm_url else ()))
@@ -140,7 +160,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         preflight_model(args.model)
     started = time.monotonic()
     print(f"starting {len(procs)} members ({args.decomposers} decomposers, {args.scorers} scorers, "
-          f"{args.executors} executors, quorum {args.quorum}) in {members_dir}", flush=True)
+          f"{args.executors} executors, quorum {quorum} of the scorers) in {members_dir}", flush=True)
     try:
         for (role, i), proc in zip(roles, procs, strict=True):
             start_agent(proc, role, procs, cluster=args.cluster, llm=args.llm,
@@ -149,8 +169,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         bootstrap = [arg for p in procs for arg in ("--bootstrap", p.address)]
         common = ["--cluster", args.cluster, "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0", *bootstrap]
         submit = subprocess.run(
-            [*swarm_command(), "submit", args.goal, "--quorum", str(args.quorum), "--max-depth",
-             str(args.max_depth), "--claim-lease", str(args.claim_lease), "--timeout", "60",
+            [*swarm_command(), "submit", args.goal, "--quorum", str(quorum), "--max-depth",
+             str(args.max_depth), "--claim-lease", str(args.claim_lease), "--round", str(args.round),
+             "--timeout", "60", "--roster", str(admin.path / "members.json"),
              "--data-dir", str(members_dir / "client"), *common],
             capture_output=True, text=True,
         )
@@ -189,9 +210,10 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     plan.add_argument("--decomposers", type=int, default=3)
     plan.add_argument("--scorers", type=int, default=3)
     plan.add_argument("--executors", type=int, default=3)
-    plan.add_argument("--quorum", type=int, default=2)
+    plan.add_argument("--quorum", type=int, help="approving scorers a decision needs (default: a majority)")
     plan.add_argument("--max-depth", type=int, default=3)
     plan.add_argument("--claim-lease", type=float, default=30.0, help="seconds")
+    plan.add_argument("--round", type=float, default=30.0, help="seconds scorers wait in a round before the next")
     from agents.cli.network import add_llm_options
 
     add_llm_options(plan, latency_default=0.5)

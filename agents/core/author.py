@@ -1,4 +1,4 @@
-"""A member's own feed: the next sequence number, the previous id, and its clock."""
+"""A member's own feed: the next sequence number, the previous id, its clock and its ticket."""
 
 from __future__ import annotations
 
@@ -8,12 +8,18 @@ from agents.core.identity import Identity
 
 
 class Author:
-    """Signs this member's events in feed order. ``resume`` after a restart, from the store."""
+    """Signs this member's events in feed order. ``resume`` after a restart, from the store.
 
-    def __init__(self, identity: Identity, role: Role, clock: HybridClock) -> None:
+    A member must never sign two events at one seq (that is equivocation, proof of
+    misbehaviour to every other member): ``resume`` continues after the highest own
+    event it is shown, and a member whose store holds none of its own events learns
+    them from a peer before it signs anything (``agents.member``)."""
+
+    def __init__(self, identity: Identity, role: Role, clock: HybridClock, ticket: str) -> None:
         self.identity = identity
         self.role = role
         self.clock = clock
+        self.ticket = ticket
         self.seq = 0
         self.prev: str | None = None
 
@@ -22,13 +28,14 @@ class Author:
         return self.identity.peer_id
 
     def resume(self, own_events: list[Event]) -> None:
-        """Continue the feed after its last stored event, and never stamp earlier than it."""
+        """Continue the feed after its last known event, and never stamp earlier than it."""
         if own_events:
-            last = max(own_events, key=lambda e: e.seq)
-            self.seq, self.prev = last.seq, last.id
-            self.clock.restore(last.ts)
+            last = max(own_events, key=lambda e: (e.seq, e.id))
+            if last.seq > self.seq:
+                self.seq, self.prev = last.seq, last.id
+            self.clock.restore(max(e.ts for e in own_events))
 
     def sign(self, body: AnyBody) -> Event:
-        event = sign_event(self.identity, self.role, self.seq + 1, self.prev, self.clock.tick(), body)
+        event = sign_event(self.identity, self.role, self.seq + 1, self.prev, self.clock.tick(), body, self.ticket)
         self.seq, self.prev = event.seq, event.id
         return event

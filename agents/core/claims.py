@@ -1,132 +1,91 @@
-"""Claim arbitration for one leaf: who holds it, whose result counts.
+"""Claims on one leaf: who holds it, and which results may be decided (PROTOCOL.md, sections 6-7).
 
-The rule, over the set of claims on a leaf (nothing depends on arrival order or
-on anybody's clock at fold time):
+A leaf changes hands in epochs. An executor claims epoch ``e``; each roster
+scorer's first ack for ``(leaf, e)`` on its chain counts, and a claim named by
+``quorum`` counted acks is *granted*. The holder is the granted claim with the
+highest epoch. Executors work only under a granted claim, so the side of a
+partition without a quorum of scorers starts no model call.
 
-1. Only claims stamped after the leaf came to exist count (a claim cannot
-   predate the acceptance that created its leaf).
-2. Claims are taken in the total order (timestamp, author, id). The first one
-   *holds* the leaf; its lease ends ``lease`` ms after its timestamp.
-3. The holder's own ``renew`` events, stamped before the lease ends, push the
-   end to ``renew + lease``. Its ``failure`` event, stamped before the end,
-   ends the lease at once.
-4. The holder's first ``result`` stamped before the lease ends is *the*
-   accepted result: the leaf is done, every other claim has lost.
-5. Otherwise the holder has *lapsed* (or *failed*): the next claim stamped at
-   or after the end of the lease becomes the holder, and rule 3 repeats.
-   Claims stamped while a lease was running have *lost* the race.
-
-So a leaf never has two accepted results, and a result from a lapsed or losing
-claim is kept only as evidence of duplicate work. An executor that wants to
-take over a leaf whose holder went silent waits until its own hybrid clock has
-passed the lease end, then claims: its claim is then after the end by
-construction, and the fold agrees with it everywhere.
+Which result the leaf keeps is not decided here: a result by the author of a
+granted claim is *eligible*, and the leaf's rounds (``agents.core.rounds``, the
+same rounds that decide splits) accept one eligible result. Results that are
+never accepted stay as evidence of duplicate work. Nothing here reads a
+timestamp to decide: when scorers move on to a next epoch is their policy,
+judged by their own clocks; what their acks add up to is a function of the set.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from agents.core.clock import Timestamp
-from agents.core.events import Event, FailureBody, RenewBody, ResultBody
+from agents.core.events import AckBody, Event, FailureBody, RenewBody, ResultBody
+from agents.core.tree import ClaimView
 
-ClaimStatus = Literal["won", "holding", "lapsed", "failed", "lost"]
-
-
-@dataclass(frozen=True)
-class ClaimView:
-    id: str
-    leaf: str
-    executor: str
-    at: Timestamp
-    status: ClaimStatus
-    lease_until: Timestamp | None  # for the claims that held the leaf
+MAX_RESULTS = 3  # an executor's results per leaf that may be named
 
 
-@dataclass(frozen=True)
-class LeafOutcome:
-    claims: tuple[ClaimView, ...]
-    holder: ClaimView | None  # the claim that won or holds the leaf now
-    result: Event | None  # the accepted result, if any
-    duplicate_results: int  # results that were not accepted (lapsed, lost or repeated)
+@dataclass
+class LeafClaims:
+    claims: dict[str, ClaimView] = field(default_factory=dict)
+    holder: ClaimView | None = None
+    heartbeat: Timestamp | None = None  # the holder's latest claim or renewal
+    holder_failed: bool = False
+    eligible: dict[str, bool | None] = field(default_factory=dict)  # result -> may be named (None: not yet)
+    breach: str = ""
 
 
-def _run_lease(claim: Event, lease_ms: int, followups: Sequence[Event]) -> tuple[Timestamp, Event | None, bool]:
-    """Play the holder's renewals, failure and result against its lease."""
-    end = claim.ts.plus_ms(lease_ms)
-    for event in followups:  # already in total order
-        if not event.ts < end:
-            break
-        body = event.body
-        if isinstance(body, RenewBody):
-            end = max(end, event.ts.plus_ms(lease_ms))
-        elif isinstance(body, FailureBody):
-            return event.ts, None, True
-        elif isinstance(body, ResultBody):
-            return end, event, False
-    return end, None, False
+def settle(leaf: str, quorum: int, claims: Sequence[Event], results: Sequence[Event],
+           chains_by_scorer: Mapping[str, Sequence[Sequence[Event]]],
+           followups: Mapping[str, Sequence[Event]], result_number: Mapping[str, int]) -> LeafClaims:
+    """Decide one leaf's claims. ``claims``/``results`` are the held events on it;
+    ``chains_by_scorer`` holds each roster scorer's acks on it, one list per chain;
+    ``followups`` maps a claim id to the renewals and failures citing it;
+    ``result_number`` numbers each result among its author's results on the leaf."""
+    by_claim = {c.id: c for c in claims}
+    acks: dict[str, set[str]] = defaultdict(set)
+    for scorer, chains in chains_by_scorer.items():
+        for chain in chains:
+            acked_epochs: set[int] = set()
+            for event in chain:
+                body = event.body
+                if isinstance(body, AckBody) and body.epoch not in acked_epochs:
+                    acked_epochs.add(body.epoch)
+                    claim = by_claim.get(body.claim)
+                    if claim is not None and claim.body.epoch == body.epoch:  # type: ignore[union-attr]
+                        acks[claim.id].add(scorer)
 
+    outcome = LeafClaims()
+    granted: dict[int, list[Event]] = defaultdict(list)
+    for claim in claims:
+        ok = len(acks[claim.id]) >= quorum
+        outcome.claims[claim.id] = ClaimView(claim.id, leaf, claim.author, claim.body.epoch,  # type: ignore[union-attr]
+                                             claim.ts, tuple(sorted(acks[claim.id])), ok)
+        if ok:
+            granted[claim.body.epoch].append(claim)  # type: ignore[union-attr]
+    for epoch, winners in sorted(granted.items()):
+        if len(winners) > 1:
+            outcome.breach = (f"leaf {leaf[:8]}: two claims granted in epoch {epoch}; more scorers equivocated "
+                              f"than a quorum of {quorum} tolerates")
+    if granted:
+        holder = min(granted[max(granted)], key=lambda c: c.id)
+        outcome.holder = outcome.claims[holder.id]
+        own = [e for e in followups.get(holder.id, ()) if e.author == holder.author]
+        outcome.heartbeat = max([holder.ts] + [e.ts for e in own if isinstance(e.body, RenewBody)])
+        outcome.holder_failed = any(isinstance(e.body, FailureBody) for e in own)
 
-def arbitrate(
-    leaf: str,
-    created_at: Timestamp,
-    lease_ms: int,
-    claims: Sequence[Event],
-    followups: dict[str, list[Event]],
-) -> LeafOutcome:
-    """Decide the holder and the accepted result of one leaf.
-
-    ``followups`` maps a claim id to the renew / result / failure events that
-    cite it; only those by the claim's own author, about this leaf, count.
-    """
-    ordered = sorted((c for c in claims if c.ts > created_at), key=lambda c: c.order_key)
-    views: dict[str, ClaimView] = {}
-    holder: Event | None = None
-    holder_end: Timestamp | None = None
-    holder_failed = False
-    result: Event | None = None
-
-    def own_followups(claim: Event) -> list[Event]:
-        mine = [
-            e
-            for e in followups.get(claim.id, ())
-            if e.author == claim.author and getattr(e.body, "leaf", leaf) == leaf
-        ]
-        return sorted(mine, key=lambda e: e.order_key)
-
-    for claim in ordered:
-        if holder is not None:
-            assert holder_end is not None
-            if result is not None or claim.ts < holder_end:
-                views[claim.id] = ClaimView(claim.id, leaf, claim.author, claim.ts, "lost", None)
-                continue
-            status: ClaimStatus = "failed" if holder_failed else "lapsed"
-            views[holder.id] = ClaimView(holder.id, leaf, holder.author, holder.ts, status, holder_end)
-        holder = claim
-        holder_end, result, holder_failed = _run_lease(claim, lease_ms, own_followups(claim))
-
-    holder_view: ClaimView | None = None
-    if holder is not None:
-        assert holder_end is not None
-        if result is not None:
-            final: ClaimStatus = "won"
-        elif holder_failed:
-            final = "failed"
+    for result in results:
+        body = result.body
+        assert isinstance(body, ResultBody)
+        claim = by_claim.get(body.claim)
+        if result_number.get(result.id, 0) > MAX_RESULTS:
+            outcome.eligible[result.id] = False
+        elif claim is None:
+            outcome.eligible[result.id] = None  # its claim may still arrive
+        elif claim.author != result.author:
+            outcome.eligible[result.id] = False
         else:
-            final = "holding"
-        holder_view = ClaimView(holder.id, leaf, holder.author, holder.ts, final, holder_end)
-        views[holder.id] = holder_view
-        if holder_failed:
-            holder_view = None
-
-    all_results = {
-        e.id
-        for claim in claims
-        for e in followups.get(claim.id, ())
-        if isinstance(e.body, ResultBody) and e.author == claim.author
-    }
-    duplicates = len(all_results) - (1 if result is not None else 0)
-    ordered_views = tuple(sorted(views.values(), key=lambda v: (v.at, v.executor, v.id)))
-    return LeafOutcome(ordered_views, holder_view, result, duplicates)
+            outcome.eligible[result.id] = True if outcome.claims[claim.id].granted else None
+    return outcome

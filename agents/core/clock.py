@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 DEFAULT_MAX_DRIFT_MS = 10_000
+MAX_COUNTER = 2**31 - 1  # the schema's bound; a counter never passes it (see ``HybridClock._next``)
 
 
 class Timestamp(NamedTuple):
@@ -76,20 +77,23 @@ class HybridClock:
     def physical_ms(self) -> int:
         return self._now_ms()
 
-    def tick(self) -> Timestamp:
+    def _next(self) -> Timestamp:
         physical = self._now_ms()
         if physical > self._last.ms:
-            self._last = Timestamp(physical, 0)
-        else:
-            self._last = Timestamp(self._last.ms, self._last.counter + 1)
+            return Timestamp(physical, 0)
+        if self._last.counter >= MAX_COUNTER:
+            # a peer stamped an event at the counter's limit: step to the next millisecond
+            # rather than stamp a counter no receiver would accept
+            return Timestamp(self._last.ms + 1, 0)
+        return Timestamp(self._last.ms, self._last.counter + 1)
+
+    def tick(self) -> Timestamp:
+        self._last = self._next()
         return self._last
 
     def peek(self) -> Timestamp:
         """The timestamp ``tick()`` would return now, without advancing the clock."""
-        physical = self._now_ms()
-        if physical > self._last.ms:
-            return Timestamp(physical, 0)
-        return Timestamp(self._last.ms, self._last.counter + 1)
+        return self._next()
 
     def check_drift(self, remote: Timestamp) -> None:
         """Raise ClockDriftError when ``remote`` is too far ahead to merge now."""

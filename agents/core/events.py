@@ -1,18 +1,23 @@
-"""Signed events: the only thing the swarm replicates.
+"""Signed events: the only thing the swarm replicates (PROTOCOL.md, section 2).
 
-Every event is an envelope around one body (goal, proposal, vote, claim, renew,
-result, failure). The envelope names its author by libp2p peer id, the role the
-author acts in, the author's sequence number and the id of the author's previous
-event (a per-author hash chain, as in Secure Scuttlebutt), and a hybrid logical
-timestamp.
+Every event is an envelope around one body. The envelope names its author by
+libp2p peer id, the role the author acts in and the author's admission ticket
+(the cluster authority's signature binding that peer id to that role: see
+``agents.core.admission``), the author's sequence number and the id of the
+author's previous event (a per-author hash chain, as in Secure Scuttlebutt),
+and a hybrid logical timestamp.
 
-``id`` is the sha256 of the canonical bytes of everything except ``id`` and
-``sig``; ``sig`` is the author's ed25519 signature over those same bytes.
-Neither is ever trusted from the wire: ``decode_event`` recomputes the id from
-the parsed values and checks the signature against the key inside the peer id.
+``id`` is the sha256 of the domain-prefixed canonical bytes of everything
+except ``id`` and ``sig``; ``sig`` is the author's ed25519 signature over those
+same bytes. Neither is ever trusted from the wire: ``decode_event`` recomputes
+the id from the parsed values and checks the signature against the key inside
+the peer id. The ticket is checked by the receiver's ``Gate``, which knows the
+cluster and its authority.
 
 Which role may author which kind is fixed here (``AUTHOR_ROLE``): a vote by a
-decomposer is refused on decode, before anything else sees it.
+decomposer is refused on decode, before anything else sees it. Every integer
+is bounded by 2^53-1 so that any implementation (JavaScript included) can
+verify every event exactly.
 """
 
 from __future__ import annotations
@@ -22,22 +27,35 @@ import binascii
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from agents.core.canonical import canonical_bytes, sha256_hex
 from agents.core.clock import Timestamp
 from agents.core.identity import BadPeerIdError, Identity, public_key_of, verify
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MAX_EVENT_BYTES = 32 * 1024
-_SIGNING_DOMAIN = b"swarm-plan/event/v1\n"
+MAX_INT = 2**53 - 1  # the largest integer every implementation can hold exactly
+MAX_ROUND = 1000  # rounds of a node, epochs of a leaf
+MAX_ROSTER = 64
+_SIGNING_DOMAIN = b"swarm-plan/event/v2\n"
 
 Role = Literal["client", "decomposer", "scorer", "executor", "observer"]
 ROLES: tuple[Role, ...] = ("client", "decomposer", "scorer", "executor", "observer")
 
 Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 PeerIdText = Annotated[str, StringConstraints(pattern=r"^12D3KooW[1-9A-HJ-NP-Za-km-z]{44}$")]
+Signature = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9+/]{86}==$")]
 Score = Literal[1, 2, 3, 4, 5]
+Round = Annotated[int, Field(ge=1, le=MAX_ROUND)]
+IdList = Annotated[tuple[Hex64, ...], Field(max_length=MAX_ROSTER)]
 
 
 def _text(min_length: int, max_length: int) -> Any:
@@ -49,13 +67,35 @@ class _Strict(BaseModel):
 
 
 class GoalBody(_Strict):
-    """A goal to plan, with the acceptance settings every member applies to its tree."""
+    """A goal to plan, with the roster of scorers whose quorum decides it and its timings.
+
+    ``scorers`` is the roster (sorted, distinct); ``quorum`` must be a majority of it,
+    so any two quorums share a scorer (PROTOCOL.md, section 4)."""
 
     kind: Literal["goal"] = "goal"
     text: _text(1, 2000)
-    quorum: Annotated[int, Field(ge=1, le=64)]
+    scorers: Annotated[tuple[PeerIdText, ...], Field(min_length=1, max_length=MAX_ROSTER)]
+    quorum: Annotated[int, Field(ge=1, le=MAX_ROSTER)]
     max_depth: Annotated[int, Field(ge=1, le=6)]
     claim_lease_ms: Annotated[int, Field(ge=100, le=3_600_000)]
+    hold_limit_ms: Annotated[int, Field(ge=100, le=86_400_000)]
+    round_ms: Annotated[int, Field(ge=100, le=3_600_000)]
+
+    @model_validator(mode="after")
+    def _roster(self) -> GoalBody:
+        if list(self.scorers) != sorted(set(self.scorers)):
+            raise ValueError("scorers must be distinct peer ids in sorted order")
+        if not (2 * self.quorum > len(self.scorers) and self.quorum <= len(self.scorers)):
+            raise ValueError(f"quorum {self.quorum} must be a majority of the {len(self.scorers)} scorers "
+                             "(2 x quorum > scorers, quorum <= scorers)")
+        if self.hold_limit_ms < self.claim_lease_ms:
+            raise ValueError("hold_limit_ms must be at least claim_lease_ms")
+        return self
+
+    @property
+    def tolerated_equivocators(self) -> int:
+        """How many forking scorers the quorum tolerates: 2q - n - 1."""
+        return 2 * self.quorum - len(self.scorers) - 1
 
 
 class Subgoal(_Strict):
@@ -75,7 +115,8 @@ class ProposalBody(_Strict):
 
 
 class VoteBody(_Strict):
-    """A scorer's rubric scores for one proposal, and whether it approves it."""
+    """A scorer's assessment of one draft: rubric scores and whether it approves.
+    Assessments decide nothing by themselves; ballots in rounds do."""
 
     kind: Literal["vote"] = "vote"
     proposal: Hex64
@@ -87,11 +128,52 @@ class VoteBody(_Strict):
     model: _text(0, 120) = ""
 
 
+class PromiseBody(_Strict):
+    """A scorer enters ``round`` of ``node``: it will not ballot in an earlier round."""
+
+    kind: Literal["promise"] = "promise"
+    node: Hex64
+    round: Annotated[int, Field(ge=2, le=MAX_ROUND)]
+
+
+class CandidateBody(_Strict):
+    """The coordinator of a round names the value its scorers ballot on (a proposal on an
+    inner node, a result on a leaf), with the promises (and, rarely, the certificate)
+    that justify the choice."""
+
+    kind: Literal["candidate"] = "candidate"
+    node: Hex64
+    round: Round
+    value: Hex64
+    promises: IdList = ()
+    certificate: IdList = ()
+
+
+class BallotBody(_Strict):
+    """A scorer's one ballot in a round: for or against the round's candidate."""
+
+    kind: Literal["ballot"] = "ballot"
+    node: Hex64
+    round: Round
+    candidate: Hex64
+    approve: bool
+
+
 class ClaimBody(_Strict):
-    """An executor's claim on a leaf. The earliest live claim wins (see ``agents.core.claims``)."""
+    """An executor's claim on a leaf for one epoch. Granted by a quorum of acks."""
 
     kind: Literal["claim"] = "claim"
     leaf: Hex64
+    epoch: Round
+
+
+class AckBody(_Strict):
+    """A scorer acknowledges a claim: its one ack for that leaf and epoch."""
+
+    kind: Literal["ack"] = "ack"
+    leaf: Hex64
+    claim: Hex64
+    epoch: Round
 
 
 class RenewBody(_Strict):
@@ -102,7 +184,8 @@ class RenewBody(_Strict):
 
 
 class ResultBody(_Strict):
-    """The output of a leaf, produced under the author's claim."""
+    """The output of a leaf, produced under the author's granted claim; the roster's
+    rounds on the leaf accept one result (PROTOCOL.md, section 7)."""
 
     kind: Literal["result"] = "result"
     leaf: Hex64
@@ -112,7 +195,7 @@ class ResultBody(_Strict):
 
 
 class FailureBody(_Strict):
-    """An executor gave up on a leaf: its claim ends here and the leaf is free again."""
+    """An executor gave up on a leaf: scorers may grant the next epoch at once."""
 
     kind: Literal["failure"] = "failure"
     leaf: Hex64
@@ -120,14 +203,20 @@ class FailureBody(_Strict):
     reason: _text(1, 500)
 
 
-AnyBody = GoalBody | ProposalBody | VoteBody | ClaimBody | RenewBody | ResultBody | FailureBody
+AnyBody = (GoalBody | ProposalBody | VoteBody | PromiseBody | CandidateBody | BallotBody | ClaimBody
+           | AckBody | RenewBody | ResultBody | FailureBody)
 Body = Annotated[AnyBody, Field(discriminator="kind")]
-Kind = Literal["goal", "proposal", "vote", "claim", "renew", "result", "failure"]
+Kind = Literal["goal", "proposal", "vote", "promise", "candidate", "ballot", "claim", "ack", "renew",
+               "result", "failure"]
 
 AUTHOR_ROLE: dict[str, Role] = {
     "goal": "client",
     "proposal": "decomposer",
     "vote": "scorer",
+    "promise": "scorer",
+    "candidate": "scorer",
+    "ballot": "scorer",
+    "ack": "scorer",
     "claim": "executor",
     "renew": "executor",
     "result": "executor",
@@ -138,15 +227,16 @@ AUTHOR_ROLE: dict[str, Role] = {
 class Event(_Strict):
     """A signed, content-addressed event. Construct with ``sign_event`` or ``decode_event``."""
 
-    v: Literal[1]
+    v: Literal[2]
     author: PeerIdText
     role: Role
-    seq: Annotated[int, Field(ge=1)]
+    ticket: Signature
+    seq: Annotated[int, Field(ge=1, le=MAX_INT)]
     prev: Hex64 | None
-    hlc: tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0, lt=2**31)]]
+    hlc: tuple[Annotated[int, Field(ge=0, le=MAX_INT)], Annotated[int, Field(ge=0, lt=2**31)]]
     body: Body
     id: Hex64
-    sig: Annotated[str, StringConstraints(min_length=88, max_length=88)]
+    sig: Signature
 
     @property
     def kind(self) -> Kind:
@@ -190,12 +280,14 @@ def sign_event(
     prev: str | None,
     hlc: Timestamp,
     body: AnyBody,
+    ticket: str,
 ) -> Event:
-    """Build, hash and sign an event by ``identity``."""
+    """Build, hash and sign an event by ``identity``, carrying its admission ``ticket``."""
     unsigned = {
         "v": PROTOCOL_VERSION,
         "author": identity.peer_id,
         "role": role,
+        "ticket": ticket,
         "seq": seq,
         "prev": prev,
         "hlc": [hlc.ms, hlc.counter],

@@ -1,24 +1,24 @@
-"""Per-author feeds: which events of a set are part of their author's valid history.
+"""Per-author feeds: which events of a set are part of their author's history (PROTOCOL.md, section 3).
 
-Each author's events form a chain: seq 1, 2, 3, ..., each citing the id of the
-one before (``prev``). Given any set of events, ``build_feeds`` keeps for every
-author the longest valid prefix of that chain, deterministically:
+Each author's events form a tree through ``prev`` (normally one chain: seq 1,
+2, 3, ..., each citing the id of the one before). Given any set of events,
+``build_feeds`` decides for every event, deterministically:
 
-* **Gap** (seq n is missing, or n's ``prev`` is unknown): events after the gap
-  are *pending*, not folded, until the missing ones arrive (sync asks for them).
-  Folding only clean prefixes means a member never builds on an event whose
-  causal past it has not seen.
-* **Fork** (two different events with one seq, or an event whose ``prev``
-  names something other than the event we hold at seq n-1; both are signed by
-  the author, so either is proof of equivocation): the feed is cut *before* the
-  forked seq, both branches and everything after are dropped, and the author is
-  listed as an equivocator. Every member does the same whichever branch it saw
-  first, because the decision depends on the set alone.
-* **Role change**: a feed keeps the role of its first event; an event declaring
-  another role cuts the feed there. Roles are claims about identity, and a
-  scorer cannot become a decomposer half-way.
-* **Clock**: timestamps must strictly increase along a feed; the first that
-  does not cuts the feed there.
+* **in the feed** (``accepted``): its whole chain back to seq 1 is held and
+  every link is consistent: seq one more than its predecessor's, the same
+  role, a strictly later timestamp;
+* **pending**: its chain is incomplete (a gap); sync asks for the missing
+  events, and folding only complete chains means a member never builds on an
+  event whose causal past it has not seen;
+* **cut**: a link on its chain breaks a rule (a role change, a timestamp that
+  does not increase); it and everything after it never count.
+
+**Forks** (two events by one author at one seq, or one citing a predecessor
+other than the one held at that seq: both are signed, so either is proof of
+equivocation) mark the author as an equivocator, with the evidence kept. Both
+branches stay in the feed: a decision that counted one branch must never be
+erased because somebody later forked (the quorum sizes, not deletion, are what
+bound an equivocator; see PROTOCOL.md, sections 4-7).
 """
 
 from __future__ import annotations
@@ -42,42 +42,36 @@ class FeedIssue:
 
 @dataclass(frozen=True)
 class Feeds:
-    accepted: tuple[Event, ...]
+    accepted: tuple[Event, ...]  # every event in its feed, by (author, seq, id)
     pending: tuple[Event, ...]
     cut: tuple[Event, ...]
     issues: tuple[FeedIssue, ...]
     equivocators: frozenset[str]
-    heads: dict[str, tuple[int, str]]  # author -> (seq, id) of the last accepted event
+    heads: dict[str, tuple[int, str]]  # author -> (seq, id) of its latest event in the feed
+    parent: dict[str, str]  # event id -> id of its predecessor in the feed (for events past seq 1)
 
 
-def _fork_seq(by_seq: dict[int, list[Event]]) -> tuple[int | None, str]:
-    forks = sorted(seq for seq, events in by_seq.items() if len(events) > 1)
-    fork = forks[0] if forks else None
-    detail = f"two events signed at seq {fork}" if fork is not None else ""
-    for seq in sorted(by_seq):
-        if fork is not None and seq > fork:
-            break
-        before = by_seq.get(seq - 1)
-        here = by_seq[seq]
-        if before and len(before) == 1 and len(here) == 1 and here[0].prev != before[0].id:
-            if fork is None or seq - 1 < fork:
-                fork = seq - 1
-                detail = f"seq {seq} cites a different seq {seq - 1} than the one held"
-            break
-    return fork, detail
+def _link_rule(event: Event, before: Event) -> str | None:
+    if event.seq != before.seq + 1:
+        return f"seq {event.seq} cites an event at seq {before.seq}"
+    if event.role != before.role:
+        return f"role {event.role} after {before.role}"
+    if not event.ts > before.ts:
+        return f"timestamp {event.ts} not after {before.ts}"
+    return None
 
 
 def build_feeds(events: Iterable[Event]) -> Feeds:
-    """Split a set of events into accepted feed prefixes, pending and cut events.
+    """Split a set of events into feeds, pending and cut events.
 
     Same set (any order, any duplicates) gives the same result.
     """
     unique: dict[str, Event] = {}
     for event in events:
         unique[event.id] = event
-    by_author: dict[str, dict[int, list[Event]]] = defaultdict(lambda: defaultdict(list))
+    by_author: dict[str, list[Event]] = defaultdict(list)
     for event in unique.values():
-        by_author[event.author][event.seq].append(event)
+        by_author[event.author].append(event)
 
     accepted: list[Event] = []
     pending: list[Event] = []
@@ -85,51 +79,82 @@ def build_feeds(events: Iterable[Event]) -> Feeds:
     issues: list[FeedIssue] = []
     equivocators: set[str] = set()
     heads: dict[str, tuple[int, str]] = {}
+    parent: dict[str, str] = {}
 
     for author in sorted(by_author):
-        by_seq = by_author[author]
-        for group in by_seq.values():
-            group.sort(key=lambda e: e.id)
-        fork, fork_detail = _fork_seq(by_seq)
-        if fork is not None:
+        mine = sorted(by_author[author], key=lambda e: (e.seq, e.id))
+        by_id = {e.id: e for e in mine}
+        at_seq: dict[int, list[Event]] = defaultdict(list)
+        children: dict[str, list[Event]] = defaultdict(list)
+        for event in mine:
+            at_seq[event.seq].append(event)
+            if event.prev is not None:
+                children[event.prev].append(event)
+        fork_seqs = sorted(s for s, group in at_seq.items() if len(group) > 1)
+        for event in mine:  # a predecessor cited that is not the one we hold at that seq
+            if event.prev is not None and event.prev not in by_id and at_seq.get(event.seq - 1):
+                fork_seqs.append(event.seq - 1)
+        if fork_seqs:
             equivocators.add(author)
-            issues.append(FeedIssue(author, fork, "fork", fork_detail))
-        stop_rule: str | None = None
-        previous: Event | None = None
-        seq = 1
-        while seq in by_seq and (fork is None or seq < fork):
-            event = by_seq[seq][0]  # unique, and chained to previous: _fork_seq stops us before either fails
-            if previous is not None and event.role != previous.role:
-                stop_rule = "role"
-                issues.append(
-                    FeedIssue(author, seq, "role", f"role {event.role} after {previous.role}")
-                )
-                break
-            if previous is not None and not event.ts > previous.ts:
-                stop_rule = "clock"
-                issues.append(
-                    FeedIssue(author, seq, "clock", f"timestamp {event.ts} not after {previous.ts}")
-                )
-                break
-            accepted.append(event)
-            previous = event
-            seq += 1
-        if previous is not None:
-            heads[author] = (previous.seq, previous.id)
-        last_good = previous.seq if previous is not None else 0
-        for s, group in by_seq.items():
-            if s <= last_good:
-                continue
-            if stop_rule is not None or (fork is not None and s >= fork):
-                cut.extend(group)
+            seq = min(fork_seqs)
+            issues.append(FeedIssue(author, seq, "fork", f"two different events signed at seq {seq}"))
+
+        reached: set[str] = set()
+        broken: set[str] = set()
+        stack = [e for e in at_seq.get(1, ()) if e.prev is None]
+        reached.update(e.id for e in stack)
+        while stack:
+            event = stack.pop()
+            for child in children.get(event.id, ()):
+                rule = _link_rule(child, event)
+                if rule is None:
+                    reached.add(child.id)
+                    parent[child.id] = event.id
+                    stack.append(child)
+                else:
+                    broken.add(child.id)
+                    issues.append(FeedIssue(author, child.seq, rule.split()[0], rule))
+        # everything after a broken link is cut too
+        frontier = list(broken)
+        while frontier:
+            for child in children.get(frontier.pop(), ()):
+                if child.id not in broken:
+                    broken.add(child.id)
+                    frontier.append(child.id)
+        for event in mine:
+            if event.id in reached:
+                accepted.append(event)
+                if author not in heads or (event.seq, event.id) > heads[author]:
+                    heads[author] = (event.seq, event.id)
+            elif event.id in broken:
+                cut.append(event)
             else:
-                pending.extend(group)
+                pending.append(event)
 
     return Feeds(
         accepted=tuple(accepted),
-        pending=tuple(sorted(pending, key=lambda e: (e.author, e.seq, e.id))),
-        cut=tuple(sorted(cut, key=lambda e: (e.author, e.seq, e.id))),
-        issues=tuple(issues),
+        pending=tuple(pending),
+        cut=tuple(cut),
+        issues=tuple(sorted(issues, key=lambda i: (i.author, i.seq, i.rule, i.detail))),
         equivocators=frozenset(equivocators),
         heads=heads,
+        parent=parent,
     )
+
+
+def chain_order(feeds: Feeds, author_events: list[Event]) -> list[list[Event]]:
+    """An author's events in the feed as chains from seq 1: one list per branch tip.
+
+    Without a fork that is one list (the feed in order). A fork gives one list per
+    branch, sharing the common prefix: walking each in order is walking "earlier on
+    the event's own chain", which is what exclusivity rules count along."""
+    in_feed = {e.id: e for e in author_events}
+    has_child = {feeds.parent[e.id] for e in author_events if e.id in feeds.parent}
+    tips = sorted((e for e in author_events if e.id not in has_child), key=lambda e: (e.seq, e.id))
+    chains = []
+    for tip in tips:
+        chain = [tip]
+        while chain[-1].id in feeds.parent:
+            chain.append(in_feed[feeds.parent[chain[-1].id]])
+        chains.append(list(reversed(chain)))
+    return chains

@@ -14,13 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agents.core.canonical import canonical_bytes, sha256_hex
-from agents.core.claims import ClaimView
 from agents.core.clock import Timestamp, ts_list
 from agents.core.feeds import FeedIssue
 
 NodeStatus = Literal["open", "split", "ready", "claimed", "done"]
-ProposalStatus = Literal["accepted", "draft", "superseded", "orphaned"]
-DIGEST_VERSION = 1
+ProposalStatus = Literal["accepted", "draft", "extra", "waiting"]
+DIGEST_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -28,10 +27,21 @@ class Goal:
     id: str
     author: str
     text: str
+    scorers: tuple[str, ...]  # the roster, sorted
     quorum: int
     max_depth: int
     claim_lease_ms: int
+    hold_limit_ms: int
+    round_ms: int
     at: Timestamp
+
+    def coordinator(self, node: str, round_: int) -> str:
+        """Who names the candidate of ``round_`` on ``node`` (PROTOCOL.md, section 5)."""
+        return self.scorers[(int(node[:8], 16) + round_ - 1) % len(self.scorers)]
+
+    @property
+    def tolerated_equivocators(self) -> int:
+        return 2 * self.quorum - len(self.scorers) - 1
 
 
 @dataclass(frozen=True)
@@ -45,13 +55,15 @@ class Node:
     title: str
     description: str
     leaf: bool
-    created_at: Timestamp
     status: NodeStatus
     split: str | None = None  # accepted proposal id
+    split_round: int | None = None  # the round whose ballots accepted it
     children: tuple[str, ...] = ()
-    claim: str | None = None  # claim that holds or won the leaf
+    claim: str | None = None  # the holder: granted claim with the highest epoch
     executor: str | None = None
-    lease_until: Timestamp | None = None
+    epoch: int = 0  # the holder's epoch
+    heartbeat: Timestamp | None = None  # the holder's latest claim or renewal
+    holder_failed: bool = False  # the holder published a failure
     result: str | None = None  # accepted result event id
     output: str | None = None
 
@@ -64,34 +76,97 @@ class Proposal:
     strategy: str
     subgoals: tuple[str, ...]
     at: Timestamp
-    status: ProposalStatus
-    approvals: tuple[str, ...]  # distinct scorers whose counted vote approves, sorted
+    status: ProposalStatus  # accepted; draft; extra (past its author's draft cap); waiting (no such node yet)
+    draft_number: int  # 1, 2, 3 among its author's proposals on the node
+    approvals: tuple[str, ...]  # roster scorers whose vote (assessment) approves, sorted
     rejections: tuple[str, ...]
-    quorum_at: Timestamp | None  # when the quorum-th approval was stamped
+    score: int  # sum over the roster's votes of clarity + non_overlap + coverage
+    ballots: tuple[str, ...] = ()  # for the accepted one: the scorers whose ballots accepted it
+
+
+@dataclass(frozen=True)
+class RoundView:
+    """One round of one node: its valid candidate and the counted ballots on it."""
+
+    node: str
+    round: int
+    coordinator: str
+    candidate: str | None  # the valid candidate event, if any
+    value: str | None  # what it names: a proposal (inner node) or a result (leaf)
+    forced: bool  # the proposal was carried over from an earlier round's ballots
+    approvals: tuple[str, ...]
+    rejections: tuple[str, ...]
+    promised: tuple[str, ...]  # scorers whose counted promise entered this round
+
+
+@dataclass(frozen=True)
+class PromiseView:
+    """A counted promise and what it reports: the scorer's last approved proposal and its round."""
+
+    id: str
+    scorer: str
+    round: int
+    report_round: int | None
+    report_value: str | None
+    determined: bool  # False while a candidate its report depends on is not held yet
+
+
+@dataclass(frozen=True)
+class ClaimView:
+    id: str
+    leaf: str
+    executor: str
+    epoch: int
+    at: Timestamp
+    acks: tuple[str, ...]  # roster scorers whose counted ack names it
+    granted: bool
+
+
+@dataclass(frozen=True)
+class ResultView:
+    id: str
+    leaf: str
+    claim: str
+    executor: str
+    at: Timestamp
+    status: Literal["accepted", "waiting", "void"]  # waiting: may be accepted; void: not (yet) eligible
+    number: int  # among its author's results on the leaf
+    ballots: tuple[str, ...] = ()  # for the accepted one: the scorers whose ballots accepted it
 
 
 @dataclass(frozen=True)
 class PlanTree:
     """The folded plan. Build it with ``agents.core.fold.fold``.
 
-    ``nodes`` and ``proposals`` are keyed by id; ``roots`` are goal node ids in
-    goal order. ``issues`` lists rule breaks found in the set (forks, role and
-    clock cuts, ignored events), which are deterministic but kept out of the digest.
+    ``nodes``, ``proposals``, ``claims`` and ``results`` are keyed by id; ``rounds``
+    by (node or leaf, round); ``entered`` maps node or leaf -> scorer -> the highest
+    round it entered. ``acked`` maps (leaf, scorer) -> the highest epoch it acked.
+    ``issues`` lists rule breaks found in the set (forks, role and clock cuts, safety
+    breaches), kept out of the digest.
     """
 
     goals: tuple[Goal, ...]
     nodes: Mapping[str, Node]
     proposals: Mapping[str, Proposal]
+    rounds: Mapping[tuple[str, int], RoundView]
+    entered: Mapping[str, Mapping[str, int]]
     claims: Mapping[str, ClaimView]
+    results: Mapping[str, ResultView]
     voters: Mapping[str, frozenset[str]]  # proposal id -> every scorer that voted on it
+    acked: Mapping[tuple[str, str], int]
     events: int  # events folded
     pending: int  # events waiting for a gap in their author's feed to fill
-    duplicate_results: int
-    orphaned_results: int
+    duplicate_results: int  # results that were not accepted (wasted work)
     equivocators: frozenset[str]
     issues: tuple[FeedIssue, ...] = ()
     heads: Mapping[str, tuple[int, str]] = field(default_factory=dict)
     members: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)  # author -> (role, models)
+    ignored: int = 0  # events by scorers on no goal's roster: they count for nothing
+    promises: Mapping[tuple[str, int], tuple[PromiseView, ...]] = field(default_factory=dict)
+    # (node, round, proposal) -> counted ballot ids on valid candidates with that proposal
+    certificates: Mapping[tuple[str, int, str], tuple[str, ...]] = field(default_factory=dict)
+    # (node or leaf, author) -> (kind, round or epoch) -> timestamp of its first such event: what it did
+    acts: Mapping[tuple[str, str], Mapping[tuple[str, int], Timestamp]] = field(default_factory=dict)
     digest: str = ""
 
     @property
@@ -117,28 +192,51 @@ class PlanTree:
     def leaves(self) -> list[Node]:
         return [n for n in self.walk() if n.leaf]
 
+    def drafts(self, node_id: str) -> list[Proposal]:
+        return sorted((p for p in self.proposals.values() if p.node == node_id and p.status == "draft"),
+                      key=lambda p: (p.draft_number, p.author, p.id))
+
+    def eligible_results(self, leaf_id: str) -> list[ResultView]:
+        """Results a leaf's rounds may accept, the holder's latest epoch first."""
+        epochs = {c.id: c.epoch for c in self.claims.values() if c.leaf == leaf_id}
+        return sorted((r for r in self.results.values() if r.leaf == leaf_id and r.status == "waiting"),
+                      key=lambda r: (-epochs.get(r.claim, 0), r.number, r.id))
+
+    def claims_on(self, leaf_id: str) -> list[ClaimView]:
+        return sorted((c for c in self.claims.values() if c.leaf == leaf_id), key=lambda c: (c.epoch, c.id))
+
 
 def _digest_record(tree: PlanTree) -> dict[str, Any]:
     return {
         "v": DIGEST_VERSION,
         "goals": [
-            [g.id, g.author, g.text, g.quorum, g.max_depth, g.claim_lease_ms, ts_list(g.at)]
+            [g.id, g.author, g.text, list(g.scorers), g.quorum, g.max_depth, g.claim_lease_ms, g.hold_limit_ms,
+             g.round_ms, ts_list(g.at)]
             for g in tree.goals
         ],
         "nodes": [
-            [n.id, n.goal, n.parent, n.depth, n.title, n.description, n.leaf, ts_list(n.created_at),
-             n.status, n.split, list(n.children), n.claim, n.executor, ts_list(n.lease_until),
-             n.result, n.output]
+            [n.id, n.goal, n.parent, n.depth, n.title, n.description, n.leaf, n.status, n.split, n.split_round,
+             list(n.children), n.claim, n.executor, n.epoch, ts_list(n.heartbeat), n.holder_failed, n.result,
+             n.output]
             for n in sorted(tree.nodes.values(), key=lambda n: n.id)
         ],
         "proposals": [
-            [p.id, p.node, p.author, p.strategy, list(p.subgoals), ts_list(p.at), p.status,
-             list(p.approvals), list(p.rejections), ts_list(p.quorum_at)]
+            [p.id, p.node, p.author, p.strategy, list(p.subgoals), ts_list(p.at), p.status, p.draft_number,
+             list(p.approvals), list(p.rejections), p.score, list(p.ballots)]
             for p in sorted(tree.proposals.values(), key=lambda p: p.id)
         ],
+        "rounds": [
+            [r.node, r.round, r.coordinator, r.candidate, r.value, r.forced, list(r.approvals),
+             list(r.rejections), list(r.promised)]
+            for _, r in sorted(tree.rounds.items())
+        ],
         "claims": [
-            [c.id, c.leaf, c.executor, ts_list(c.at), c.status, ts_list(c.lease_until)]
+            [c.id, c.leaf, c.executor, c.epoch, ts_list(c.at), list(c.acks), c.granted]
             for c in sorted(tree.claims.values(), key=lambda c: c.id)
+        ],
+        "results": [
+            [r.id, r.leaf, r.claim, r.executor, ts_list(r.at), r.status, r.number, list(r.ballots)]
+            for r in sorted(tree.results.values(), key=lambda r: r.id)
         ],
     }
 

@@ -112,7 +112,7 @@ class Libp2pNetwork:
             if str(info.peer_id) != self.peer_id:
                 self._wanted[str(info.peer_id)] = info
         self._mdns = mdns
-        self._validator = validator
+        self.validator = validator  # set by the member: its intake screens gossip (counted refusals)
         self._gossip_send, self._gossip = trio.open_memory_channel[bytes](10_000)
         self._conn_send, self._connections = trio.open_memory_channel[str](1000)
         self._handler: StreamHandler | None = None
@@ -174,7 +174,7 @@ class Libp2pNetwork:
             await wrapped.aclose()
 
     def _validate(self, _peer: ID, message) -> bool:
-        return self._validator is None or bool(self._validator(message.data))
+        return self.validator is None or bool(self.validator(message.data))
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         if self._mdns:

@@ -11,7 +11,20 @@ from collections.abc import Callable
 
 from agents.core.tree import PlanTree
 from agents.roles import decomposer, executor, observer, scorer
-from agents.roles.intents import Claim, Execute, Intent, Me, Propose, Renew, Vote
+from agents.roles.intents import (
+    THINKING,
+    Ack,
+    Ballot,
+    Candidate,
+    Claim,
+    Execute,
+    Intent,
+    Me,
+    Promise,
+    Propose,
+    Renew,
+    Vote,
+)
 
 Policy = Callable[[PlanTree, Me, int], list[Intent]]
 
@@ -22,4 +35,5 @@ POLICIES: dict[str, Policy] = {
     "observer": observer.decide,
 }
 
-__all__ = ["POLICIES", "Claim", "Execute", "Intent", "Me", "Policy", "Propose", "Renew", "Vote"]
+__all__ = ["POLICIES", "THINKING", "Ack", "Ballot", "Candidate", "Claim", "Execute", "Intent", "Me",
+           "Policy", "Promise", "Propose", "Renew", "Vote"]

@@ -9,8 +9,12 @@ nothing, and the policy will ask again.
 from __future__ import annotations
 
 from agents.core.events import (
+    AckBody,
+    BallotBody,
+    CandidateBody,
     ClaimBody,
     FailureBody,
+    PromiseBody,
     ProposalBody,
     RenewBody,
     ResultBody,
@@ -19,9 +23,22 @@ from agents.core.events import (
 )
 from agents.core.tree import Node, PlanTree
 from agents.llm.base import Backend, DecomposeRequest, ExecuteRequest, LLMError, ScoreRequest
-from agents.roles.intents import Claim, Execute, Intent, Me, Propose, Renew, Vote
+from agents.roles.intents import (
+    Ack,
+    Ballot,
+    Candidate,
+    Claim,
+    Execute,
+    Intent,
+    Me,
+    Promise,
+    Propose,
+    Renew,
+    Vote,
+)
 
-EventBody = ProposalBody | VoteBody | ClaimBody | RenewBody | ResultBody | FailureBody
+EventBody = (ProposalBody | VoteBody | PromiseBody | CandidateBody | BallotBody | ClaimBody | AckBody | RenewBody
+             | ResultBody | FailureBody)
 
 
 def _model_tag(backend: Backend) -> str:
@@ -52,17 +69,25 @@ def latency_key(intent: Intent) -> tuple[str, str]:
 def compose(intent: Intent, tree: PlanTree, backend: Backend, me: Me) -> EventBody | None:
     """The event body that carries ``intent`` out, or None if there is nothing to send."""
     match intent:
-        case Claim(leaf=leaf):
-            return ClaimBody(leaf=leaf)
+        case Claim(leaf=leaf, epoch=epoch):
+            return ClaimBody(leaf=leaf, epoch=epoch)
         case Renew(claim=claim):
             return RenewBody(claim=claim)
+        case Promise(node=node_id, round=round_):
+            return PromiseBody(node=node_id, round=round_)
+        case Candidate(node=node_id, round=round_, value=value, promises=promises, certificate=cert):
+            return CandidateBody(node=node_id, round=round_, value=value, promises=promises, certificate=cert)
+        case Ballot(node=node_id, round=round_, candidate=candidate, approve=approve):
+            return BallotBody(node=node_id, round=round_, candidate=candidate, approve=approve)
+        case Ack(leaf=leaf, claim=claim, epoch=epoch):
+            return AckBody(leaf=leaf, claim=claim, epoch=epoch)
         case Propose(node=node_id, attempt=attempt):
             node = tree.nodes[node_id]
             goal = tree.goal_of(node)
             taken = tuple(sorted({p.strategy for p in tree.proposals.values() if p.node == node_id}))
             # a retry must not resend a draft the scorers turned down: tell the model what was
             rejected = tuple(
-                p.subgoals for p in sorted(tree.proposals.values(), key=lambda p: (p.at, p.id))
+                p.subgoals for p in sorted(tree.proposals.values(), key=lambda p: (p.draft_number, p.id))
                 if p.node == node_id and p.author == me.peer_id and len(p.rejections) >= goal.quorum
             )
             try:

@@ -1,5 +1,8 @@
-"""What a role decides to do next. A driver (in-process simulation, or a networked
-member) carries intents out: it asks the model, signs the event and publishes it."""
+"""What a role decides to do next. A driver (the simulated world, or a networked member)
+carries intents out: it asks the model where one is needed, signs the event and publishes it.
+
+``Propose``, ``Vote`` and ``Execute`` need a model call; the others are bookkeeping
+events a member publishes at once."""
 
 from __future__ import annotations
 
@@ -25,12 +28,45 @@ class Propose:
 
 @dataclass(frozen=True)
 class Vote:
+    """Assess a draft (model call): scores and whether this scorer approves it."""
+
     proposal: str
+
+
+@dataclass(frozen=True)
+class Promise:
+    node: str
+    round: int
+
+
+@dataclass(frozen=True)
+class Candidate:
+    node: str
+    round: int
+    value: str
+    promises: tuple[str, ...] = ()
+    certificate: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Ballot:
+    node: str
+    round: int
+    candidate: str
+    approve: bool
+
+
+@dataclass(frozen=True)
+class Ack:
+    leaf: str
+    claim: str
+    epoch: int
 
 
 @dataclass(frozen=True)
 class Claim:
     leaf: str
+    epoch: int = 1
 
 
 @dataclass(frozen=True)
@@ -44,4 +80,5 @@ class Renew:
     claim: str
 
 
-Intent = Propose | Vote | Claim | Execute | Renew
+Intent = Propose | Vote | Promise | Candidate | Ballot | Ack | Claim | Execute | Renew
+THINKING = (Propose, Vote, Execute)  # the intents that need a model call

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from chaos.checkers.convergence import convergence, durability, late_join
 from chaos.checkers.finality import no_revocation
 from chaos.checkers.liveness import liveness
-from chaos.checkers.safety import claim_safety, quorum_safety
+from chaos.checkers.safety import claim_safety, quorum_safety, reference_agreement
 from chaos.checkers.verdict import Status, Verdict
 from chaos.history import History
 
@@ -23,6 +23,7 @@ CHECKERS: dict[str, Callable[[History], Verdict]] = {
     "convergence": convergence,
     "quorum_safety": quorum_safety,
     "claim_safety": claim_safety,
+    "reference_agreement": reference_agreement,
     "no_revocation": no_revocation,
     "liveness": liveness,
     "late_join": late_join,

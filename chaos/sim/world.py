@@ -29,6 +29,7 @@ from pathlib import Path
 import trio
 import trio.testing
 
+from agents.core.admission import Credentials, Gate, issue
 from agents.core.events import GoalBody
 from agents.llm.scripted import STRATEGIES, ScriptedBackend
 from agents.member import Member
@@ -54,6 +55,8 @@ class SimConfig:
     window_s: float = 20.0  # faults happen inside this window
     settle_s: float = 240.0  # then the plan must converge (and complete) within this bound
     claim_lease_ms: int = 15_000
+    hold_limit_ms: int = 60_000
+    round_ms: int = 10_000
     model_latency_s: float = 2.0  # mean per scripted model call, in virtual seconds
     max_depth: int = 3
 
@@ -119,7 +122,7 @@ class _Slot:
             self.record.restarts.append(Restart(self.world.now(), len(held_before), lost))
         network = self.world.fabric.endpoint(self.identity.peer_id)
         self.member = Member(
-            self.identity, self.role, self.store, network, self.world.cluster,  # type: ignore[arg-type]
+            self.world.credentials(self.identity, self.role), self.store, network,
             backend=self.backend if self.role != "observer" else None, strategy=self.strategy,
             now_ms=self.now_ms, think_in_thread=False,
             trace=lambda line: self.world.say(self.name, line),
@@ -170,11 +173,17 @@ class _World:
         )
         self.slots: dict[str, _Slot] = {}
         self._names: dict[str, str] = {}  # peer id suffix -> member name
+        self.authority = identity_for(config.seed, "authority", 0)
         self.nursery: trio.Nursery
         self.fabric: SimFabric
 
     def now(self) -> float:
         return trio.current_time()
+
+    def credentials(self, identity, role: str) -> Credentials:
+        """The cluster's authority admits every member of the run (and the client)."""
+        return Credentials(identity, issue(self.authority, self.cluster, identity.peer_id, role),
+                           Gate(self.cluster, self.authority.peer_id))
 
     def say(self, who: str, line: str) -> None:
         if " from " in line:  # members name peers by id suffix; the trace names them
@@ -218,8 +227,9 @@ class _World:
         store = EventStore.open(client_dir)
         self._names[identity.peer_id[-8:]] = "client"
         network = self.fabric.endpoint(identity.peer_id)
-        client = Member(identity, "client", store, network, self.cluster, now_ms=lambda: EPOCH_MS + int(
+        client = Member(self.credentials(identity, "client"), store, network, now_ms=lambda: EPOCH_MS + int(
             trio.current_time() * 1000), think_in_thread=False, trace=lambda line: self.say("client", line))
+        roster = tuple(sorted(s.identity.peer_id for s in self.slots.values() if s.role == "scorer"))
         goal_id: list[str] = []
 
         async def live(task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -230,8 +240,9 @@ class _World:
                         await inner.start(client.run)
                         self.fabric.bring_up(network)
                         event = await client.publish(GoalBody(
-                            text=self.config.goal, quorum=self.config.quorum,
-                            max_depth=self.config.max_depth, claim_lease_ms=self.config.claim_lease_ms))
+                            text=self.config.goal, scorers=roster, quorum=self.config.quorum,
+                            max_depth=self.config.max_depth, claim_lease_ms=self.config.claim_lease_ms,
+                            hold_limit_ms=self.config.hold_limit_ms, round_ms=self.config.round_ms))
                         goal_id.append(event.id)
                         task_status.started()
                         while sum(1 for s in self.slots.values() if s.state == "up"
