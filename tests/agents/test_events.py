@@ -20,10 +20,16 @@ from agents.core.events import (
     sign_event,
 )
 from agents.core.identity import Identity
+from tests.builders import ticket_sig
 
 ALICE = Identity(b"a" * 32)
 MALLORY = Identity(b"m" * 32)
 NODE = "ab" * 32
+SCORERS = tuple(sorted(Identity(bytes([i]) * 32).peer_id for i in range(1, 4)))
+
+
+def _sign(identity: Identity, role: str, seq: int, prev: str | None, ts: Timestamp, body):
+    return sign_event(identity, role, seq, prev, ts, body, ticket_sig(identity.peer_id, role))  # type: ignore[arg-type]
 
 
 def _proposal(seq: int = 2, prev: str | None = "cd" * 32):
@@ -31,7 +37,7 @@ def _proposal(seq: int = 2, prev: str | None = "cd" * 32):
         Subgoal(title="Tokyo", description="", executable=True),
         Subgoal(title="Kyoto", description="temples", executable=False),
     ))
-    return sign_event(ALICE, "decomposer", seq, prev, Timestamp(1000, 2), body)
+    return _sign(ALICE, "decomposer", seq, prev, Timestamp(1000, 2), body)
 
 
 def test_round_trip_keeps_every_field() -> None:
@@ -107,8 +113,8 @@ def test_any_byte_flip_is_refused_or_harmless(data) -> None:
 
 def test_a_resigned_event_by_someone_else_keeps_nothing_of_the_original() -> None:
     forged = json.loads(_proposal().to_wire())
-    forged["sig"] = json.loads(sign_event(MALLORY, "decomposer", 2, "cd" * 32, Timestamp(1000, 2),
-                                          _proposal().body).to_wire())["sig"]
+    forged["sig"] = json.loads(_sign(MALLORY, "decomposer", 2, "cd" * 32, Timestamp(1000, 2),
+                                     _proposal().body).to_wire())["sig"]
     with pytest.raises(EventRefused, match="signature"):
         decode_event(json.dumps(forged).encode())
 
@@ -116,7 +122,7 @@ def test_a_resigned_event_by_someone_else_keeps_nothing_of_the_original() -> Non
 def test_a_vote_by_a_decomposer_is_refused_by_role() -> None:
     vote = VoteBody(proposal=NODE, clarity=3, non_overlap=3, coverage=3, approve=True)
     with pytest.raises(EventRefused, match=r"\(role\).*vote must be authored by a scorer"):
-        sign_event(ALICE, "decomposer", 1, None, Timestamp(1, 0), vote)
+        _sign(ALICE, "decomposer", 1, None, Timestamp(1, 0), vote)
 
 
 def test_first_event_has_no_prev_and_later_ones_must() -> None:
@@ -153,9 +159,41 @@ def test_extra_fields_and_coerced_types_are_refused() -> None:
 
 
 def test_out_of_range_settings_are_refused_naming_the_field() -> None:
-    goal = sign_event(ALICE, "client", 1, None, Timestamp(1, 0),
-                      GoalBody(text="g", quorum=2, max_depth=3, claim_lease_ms=1000))
+    goal = _sign(ALICE, "client", 1, None, Timestamp(1, 0), _goal())
     data = json.loads(goal.to_wire())
     data["body"]["quorum"] = 0
     with pytest.raises(EventRefused, match=r"body\.goal\.quorum"):
+        decode_event(json.dumps(data).encode())
+
+
+def _goal(**changes) -> GoalBody:
+    fields = {"text": "g", "scorers": SCORERS, "quorum": 2, "max_depth": 3, "claim_lease_ms": 1000,
+              "hold_limit_ms": 4000, "round_ms": 1000, **changes}
+    return GoalBody(**fields)
+
+
+@pytest.mark.parametrize(("changes", "says"), [
+    ({"quorum": 1}, "must be a majority of the 3 scorers"),
+    ({"quorum": 4}, "must be a majority"),
+    ({"scorers": tuple(reversed(SCORERS))}, "distinct peer ids in sorted order"),
+    ({"scorers": (SCORERS[0], SCORERS[0])}, "distinct peer ids in sorted order"),
+    ({"hold_limit_ms": 500}, "hold_limit_ms must be at least claim_lease_ms"),
+])
+def test_a_goal_whose_roster_cannot_decide_safely_is_refused(changes, says) -> None:
+    with pytest.raises(ValueError, match=says):
+        _goal(**changes)
+
+
+@pytest.mark.parametrize(("path", "value"), [(("seq",), 2**53), (("hlc", 0), 2**53), (("hlc", 1), 2**31)])
+def test_integers_beyond_what_every_implementation_holds_exactly_are_refused(path, value) -> None:
+    data = json.loads(_proposal().to_wire())
+    _set(data, path, value)
+    with pytest.raises(EventRefused, match="schema"):
+        decode_event(json.dumps(data).encode())
+
+
+def test_a_version_1_event_is_refused_naming_the_version() -> None:
+    data = json.loads(_proposal().to_wire())
+    data["v"] = 1
+    with pytest.raises(EventRefused, match=r"schema.*v"):
         decode_event(json.dumps(data).encode())
