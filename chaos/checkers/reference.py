@@ -63,6 +63,8 @@ class Model:
         self.judged: dict[tuple[str, str, str, int], tuple[str, str]] = {}
         self._values: dict[tuple[str, str], object] = {}
         self._rules_of: dict[tuple[str, str], GoalRules] = {}
+        self._acks_of: dict[str, set[str]] = {}
+        self._leaf_rules: dict[str, GoalRules] = {}
         self._build()
 
     # --- feeds (section 3) ----------------------------------------------------
@@ -279,6 +281,19 @@ class Model:
             certifiers.add(ballot.author)
         return (VALID if len(certifiers) >= rules.quorum else INVALID), value
 
+    def ungranted_results(self) -> list[tuple[Event, int, int]]:
+        """Results on leaves of the tree whose claim no quorum granted: (result, acks, quorum)."""
+        out = []
+        for result in self.results:
+            leaf = self.nodes.get(result.body.leaf)  # type: ignore[union-attr]
+            if leaf is None or not leaf.leaf:
+                continue
+            rules = self._leaf_rules[leaf.id]
+            acks = self._acks_of.get(result.body.claim, set())  # type: ignore[union-attr]
+            if len(acks) < rules.quorum:
+                out.append((result, len(acks), rules.quorum))
+        return out
+
     def tally(self, node: str, round_: int) -> tuple[str | None, set[str], set[str]]:
         """(value, approving scorers, rejecting scorers) of a round, as the fold's round view shows
         it: the valid candidate with the lowest id, and the counted ballots naming its value."""
@@ -343,6 +358,8 @@ class Model:
             if claim is not None and claim.body.epoch == body.epoch:  # type: ignore[union-attr]
                 ackers[claim.id].add(ack.author)
         granted = {cid for cid, who in ackers.items() if len(who) >= rules.quorum}
+        self._acks_of.update(ackers)
+        self._leaf_rules[leaf] = rules
         per_epoch: dict[int, list[str]] = defaultdict(list)
         for cid in granted:
             per_epoch[claims[cid].body.epoch].append(cid)  # type: ignore[union-attr]

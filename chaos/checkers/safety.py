@@ -9,8 +9,9 @@
   member ever showed (its transition log) is the one the union accepts: a
   member cannot show a split the rules do not back.
 * ``claim_safety``: the same for results: one accepted result per leaf, and
-  every result any member showed is the union's. Duplicate executions (results
-  that were never accepted) are counted.
+  every result any member showed is the union's; and every result was produced
+  under a claim a quorum granted (an executor starts the model only once its
+  claim is final). Duplicate executions (results never accepted) are counted.
 """
 
 from __future__ import annotations
@@ -122,6 +123,13 @@ def claim_safety(history: History) -> Verdict:
     problem = _shown_against_truth(history, "result", {n.id: n.result for n in union.nodes.values()})
     if problem:
         return Verdict("claim_safety", "fail", problem)
+    ungranted = union.ungranted_results()
+    if ungranted:
+        result, acks, quorum = ungranted[0]
+        return Verdict("claim_safety", "fail",
+                       f"{len(ungranted)} result(s) produced under a claim no quorum granted, e.g. {short(result.id)} "
+                       f"by {short(result.author)} with {acks} ack(s) of a quorum of {quorum}: model time spent "
+                       "before the claim was final")
     accepted = sum(1 for n in union.nodes.values() if n.result)
     return Verdict("claim_safety", "pass",
                    f"{accepted} result(s) accepted by a quorum, one per leaf; all {_count_shown(history, 'result')} "
