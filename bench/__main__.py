@@ -19,8 +19,9 @@ from pathlib import Path
 
 from agents.core.events import decode_event
 from agents.core.fold import fold
-from agents.llm.scripted import ScriptedBackend
-from agents.simulate import SimulationConfig, simulate
+from chaos.sim.plan import simulate_plan
+from chaos.sim.runner import quiet_logs
+from chaos.sim.world import SimConfig
 from bench.synthetic import plan_log
 
 REPEATS = 3
@@ -92,11 +93,11 @@ def core() -> None:
         print(f"\n`swarm replay` of the {len(lines):,}-event log, end to end: {cli:.1f} s "
               f"({run.stdout.strip().splitlines()[-1][:80]}...)")
 
-    print("\n## in-process simulation (scripted model, 3/3/3, quorum 2)")
+    print("\n## one simulated plan, no faults (scripted model, 3/3/3 + observer, quorum 2)")
+    quiet_logs()
     results = []
-    seconds = median_seconds(lambda: results.append(simulate(
-        SimulationConfig(goal="Plan a two-week trip to Japan", seed=len(results)),
-        lambda i: ScriptedBackend(seed=i, latency=1.0))))
+    seconds = median_seconds(lambda: results.append(simulate_plan(
+        SimConfig(goal="Plan a two-week trip to Japan", seed=len(results), model_latency_s=1.0))))
     print(f"{len(results[-1].events)} events per plan, {seconds * 1000:.0f} ms per simulated plan "
           f"({60 / seconds:,.0f} plans/min)")
 

@@ -58,6 +58,7 @@ class MemberHistory:
     completed_at: float | None = None
     restarts: list[Restart] = field(default_factory=list)
     shown: list[Shown] = field(default_factory=list)  # every change of what it showed, in order
+    model_calls: int = 0
     _folded: tuple[int, PlanTree] | None = field(default=None, repr=False, compare=False)
 
     def tree(self) -> PlanTree:

@@ -57,32 +57,31 @@ def _write_json(path: Path, record: dict[str, Any]) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from agents import llm
-    from agents.simulate import SimulationConfig, simulate
+    """The seeded simulation with no faults (``chaos.sim.plan``): one plan, deterministic for a seed."""
+    from chaos.sim.plan import simulate_plan
+    from chaos.sim.runner import quiet_logs
+    from chaos.sim.world import SimConfig
 
     if args.llm != "scripted":
         raise UsageError(
             f"swarm simulate runs every role in one process on virtual time and supports only "
             f"--llm scripted (got {args.llm!r}); use 'swarm plan' for real models"
         )
-    config = SimulationConfig(
-        goal=args.goal, decomposers=args.decomposers, scorers=args.scorers,
-        executors=args.executors, quorum=args.quorum, max_depth=args.max_depth,
-        claim_lease_ms=int(args.claim_lease * 1000), seed=args.seed,
-    )
-    try:
-        config.validate()
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    result = simulate(
-        config, lambda i: llm.create(args.llm, seed=args.seed * 1000 + i, latency=args.latency)
-    )
+    if args.quorum is not None and not (args.scorers >= args.quorum > args.scorers / 2):
+        raise UsageError(f"quorum {args.quorum} must be a majority of the {args.scorers} scorer(s) "
+                         f"(from {args.scorers // 2 + 1} to {args.scorers}); change --quorum or --scorers")
+    quiet_logs()
+    config = SimConfig(seed=args.seed, decomposers=args.decomposers, scorers=args.scorers,
+                       executors=args.executors, observers=1, quorum=args.quorum or args.scorers // 2 + 1,
+                       goal=args.goal, max_depth=args.max_depth, claim_lease_ms=int(args.claim_lease * 1000),
+                       hold_limit_ms=int(args.claim_lease * 4000), model_latency_s=args.latency)
+    result = simulate_plan(config)
     tree = result.tree
     if args.events:
         write_atomically(Path(args.events), b"".join(e.to_wire() + b"\n" for e in result.events))
     extra = {
-        "reorganisations": result.reorganisations,
-        "virtual_seconds": result.virtual_ms / 1000,
+        "reorganisations": result.revocations,
+        "virtual_seconds": result.virtual_seconds,
         "model_calls": result.model_calls,
         "seed": args.seed,
     }
@@ -91,8 +90,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.md:
         write_atomically(Path(args.md), plan_markdown(tree).encode())
     print(render_tree(tree))
-    print(summary(tree, reorganisations=result.reorganisations))
-    print(f"simulated {result.virtual_ms / 1000:.1f} s of virtual time, {result.model_calls} model calls")
+    print(summary(tree, reorganisations=result.revocations))
+    print(f"simulated {result.virtual_seconds:.1f} s of virtual time, {result.model_calls} model calls")
     return 0 if tree.complete else 1
 
 
@@ -145,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--decomposers", type=_positive, default=3)
     simulate.add_argument("--scorers", type=_positive, default=3)
     simulate.add_argument("--executors", type=_positive, default=3)
-    simulate.add_argument("--quorum", type=_positive, default=2, help="distinct approving scorers a split needs")
+    simulate.add_argument("--quorum", type=_positive, help="approving scorers a decision needs (default: a majority)")
     simulate.add_argument("--max-depth", type=_positive, default=3)
     simulate.add_argument("--claim-lease", type=_seconds, default=30.0, help="claim lease in seconds")
     simulate.add_argument("--seed", type=int, default=0)

@@ -29,17 +29,25 @@ from pathlib import Path
 import trio
 import trio.testing
 
+import hashlib
+
 from agents.core.admission import Credentials, Gate, issue
 from agents.core.events import GoalBody
+from agents.core.identity import Identity
 from agents.llm.scripted import STRATEGIES, ScriptedBackend
 from agents.member import Member
-from agents.simulate import EPOCH_MS, identity_for
 from agents.store import EventStore
 from chaos.history import History, MemberHistory, Restart, Shown
 from chaos.sim.faults import FaultPlan, Step, draw_plan
 from chaos.sim.network import LinkWeather, SimFabric, SimNetwork
 
 GOAL = "Plan a two-week trip to Japan"
+EPOCH_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: virtual time starts here
+
+
+def identity_for(seed: int, role: str, index: int) -> Identity:
+    """A member's key, derived from the seed: a replay signs the very same events."""
+    return Identity(hashlib.sha256(f"swarm-sim/{seed}/{role}/{index}".encode()).digest())
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,7 @@ class _Slot:
         self.backend = ScriptedBackend(seed=world.config.seed * 1000 + len(world.slots),
                                        latency=world.plan.latency_s[name], strictness=strictness)
         self.state = "pending"  # pending, up, down, stopped
+        self.model_calls = 0  # by the member's earlier lives (before restarts)
         self.member: Member | None = None
         self.scope: trio.CancelScope | None = None
         self.store: EventStore | None = None
@@ -153,6 +162,7 @@ class _Slot:
         """Crash (``down``, will restart from its store) or stop for good (``stopped``)."""
         assert self.member is not None and self.scope is not None
         self.record.events = self.member.index.events()
+        self.model_calls += self.member.stats.model_calls
         self.world.fabric.take_down(self.identity.peer_id)
         self.scope.cancel()
         self.state = state
@@ -217,6 +227,7 @@ class _World:
             if slot.member is not None:
                 slot.record.digest = slot.member.tree.digest
                 slot.record.complete = slot.member.tree.complete
+                slot.record.model_calls = slot.model_calls + slot.member.stats.model_calls
             self.history.members[slot.name] = slot.record
 
     async def _submit_goal(self) -> None:
@@ -353,4 +364,4 @@ def _fast_tmp() -> str | None:
     return str(shm) if shm.is_dir() else None
 
 
-__all__ = ["GOAL", "SimConfig", "SimRun", "run_seed"]
+__all__ = ["EPOCH_MS", "GOAL", "SimConfig", "SimRun", "identity_for", "run_seed"]

@@ -1,15 +1,18 @@
+"""``swarm simulate``'s engine: the seeded simulation with no faults, one plan per seed."""
+
 from __future__ import annotations
 
 import pytest
 
 from agents.core.fold import fold
-from agents.llm.scripted import ScriptedBackend
-from agents.simulate import SimulationConfig, simulate
+from chaos.sim.plan import simulate_plan
+from chaos.sim.runner import quiet_logs
+from chaos.sim.world import SimConfig
 
 
 def _run(**overrides):
-    config = SimulationConfig(goal="Plan a two-week trip to Japan", **overrides)
-    return simulate(config, lambda i: ScriptedBackend(seed=config.seed * 1000 + i, latency=1.0))
+    quiet_logs()
+    return simulate_plan(SimConfig(goal="Plan a two-week trip to Japan", model_latency_s=1.0, **overrides))
 
 
 def test_the_same_seed_gives_the_same_events_byte_for_byte() -> None:
@@ -22,11 +25,11 @@ def test_the_same_seed_gives_the_same_events_byte_for_byte() -> None:
 def test_plans_complete_for_several_cluster_shapes(d, s, e, q) -> None:
     result = _run(decomposers=d, scorers=s, executors=e, quorum=q, seed=q)
     tree = result.tree
-    assert tree.complete
-    assert all(len(tree.proposals[n.split].approvals) >= q for n in tree.nodes.values() if n.split)
+    assert tree.complete and result.revocations == 0
+    assert all(len(tree.proposals[n.split].ballots) >= q for n in tree.nodes.values() if n.split)
     assert fold(result.events).digest == tree.digest
 
 
-def test_an_impossible_quorum_is_refused_before_running() -> None:
-    with pytest.raises(ValueError, match="quorum 3 can never be reached by 2 scorer"):
-        _run(scorers=2, quorum=3)
+def test_faults_are_refused_here() -> None:
+    with pytest.raises(ValueError, match="without faults"):
+        simulate_plan(SimConfig(seed=1, faults=frozenset({"loss"})))

@@ -5,13 +5,13 @@ import sqlite3
 import pytest
 
 from agents.core.fold import fold
-from agents.llm.scripted import ScriptedBackend
-from agents.simulate import SimulationConfig, simulate
+from chaos.sim.plan import simulate_plan
+from chaos.sim.world import SimConfig
 from agents.store import EventStore, StoreError
 
 
 def simulate_events():
-    result = simulate(SimulationConfig(goal="Move house", seed=5), lambda i: ScriptedBackend(seed=i, latency=1.0))
+    result = simulate_plan(SimConfig(goal="Move house", seed=5, model_latency_s=1.0))
     return list(result.events)
 
 

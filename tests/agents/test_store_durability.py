@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from agents.core.fold import fold
-from agents.llm.scripted import ScriptedBackend
-from agents.simulate import SimulationConfig, simulate
+from chaos.sim.plan import simulate_plan
+from chaos.sim.world import SimConfig
 from agents.store import EventStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_after", [1, 7, 23, 60])
 def test_sigkill_mid_stream_keeps_every_acknowledged_event(tmp_path, kill_after) -> None:
-    result = simulate(SimulationConfig(goal="Write a research survey", seed=kill_after, executors=4),
-                      lambda i: ScriptedBackend(seed=i, latency=1.0))
+    result = simulate_plan(SimConfig(goal="Write a research survey", seed=kill_after, executors=4,
+                                     model_latency_s=1.0))
     events = list(result.events) * 3  # duplicates too: idempotent inserts under load
     random.Random(kill_after).shuffle(events)
     log = tmp_path / "events.jsonl"
