@@ -36,7 +36,7 @@ class FeedIssue:
 
     author: str
     seq: int
-    rule: str  # "fork", "role", "clock"
+    rule: str  # "fork", "role", "clock", "chain" (and "breach" from the fold)
     detail: str
 
 
@@ -51,13 +51,14 @@ class Feeds:
     parent: dict[str, str]  # event id -> id of its predecessor in the feed (for events past seq 1)
 
 
-def _link_rule(event: Event, before: Event) -> str | None:
+def _link_rule(event: Event, before: Event) -> tuple[str, str] | None:
+    """(rule, detail) when ``event`` cannot follow ``before`` in a feed."""
     if event.seq != before.seq + 1:
-        return f"seq {event.seq} cites an event at seq {before.seq}"
+        return "chain", f"seq {event.seq} cites an event at seq {before.seq}"
     if event.role != before.role:
-        return f"role {event.role} after {before.role}"
+        return "role", f"role {event.role} after {before.role}"
     if not event.ts > before.ts:
-        return f"timestamp {event.ts} not after {before.ts}"
+        return "clock", f"timestamp {event.ts} not after {before.ts}"
     return None
 
 
@@ -106,14 +107,14 @@ def build_feeds(events: Iterable[Event]) -> Feeds:
         while stack:
             event = stack.pop()
             for child in children.get(event.id, ()):
-                rule = _link_rule(child, event)
-                if rule is None:
+                broken_rule = _link_rule(child, event)
+                if broken_rule is None:
                     reached.add(child.id)
                     parent[child.id] = event.id
                     stack.append(child)
                 else:
                     broken.add(child.id)
-                    issues.append(FeedIssue(author, child.seq, rule.split()[0], rule))
+                    issues.append(FeedIssue(author, child.seq, *broken_rule))
         # everything after a broken link is cut too
         frontier = list(broken)
         while frontier:

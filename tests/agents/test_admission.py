@@ -9,8 +9,8 @@ import pytest
 from agents.core.admission import Gate, TicketError, issue
 from agents.core.clock import HybridClock
 from agents.core.events import ProposalBody, Subgoal
-from agents.core.intake import Admitted, Intake, Refused
 from agents.core.identity import Identity
+from agents.core.intake import Admitted, Intake, Refused
 from tests.builders import AUTHORITY, CLUSTER, Feed, gate, identity, ticket_sig
 
 PROPOSAL = ProposalBody(node="ab" * 32, strategy="s", subgoals=(Subgoal(title="a", executable=True),

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.core.clock import ClockDriftError, HybridClock, Timestamp
-from agents.core.events import GoalBody, sign_event
-from agents.core.identity import Identity
-from agents.core.intake import Admitted, Held, Intake, Refused
+from agents.core.clock import MAX_COUNTER, ClockDriftError, HybridClock, Timestamp
+from agents.core.events import ProposalBody, Subgoal
+from agents.core.intake import HOLD_HORIZON_MS, MAX_HELD_PER_AUTHOR, Admitted, Held, Intake, Refused
+from tests.builders import Feed, gate
 
 
 class FakeTime:
@@ -54,14 +54,27 @@ def test_restore_never_stamps_at_or_before_the_last_own_event() -> None:
     assert clock.tick() == Timestamp(50, 8)
 
 
+def test_a_counter_at_its_limit_moves_the_clock_to_the_next_millisecond() -> None:
+    """One peer stamping the largest counter must not make every receiver's next stamp
+    overflow the schema (which used to stop their act loops)."""
+    clock = HybridClock(FakeTime(100))
+    clock.observe(Timestamp(105, MAX_COUNTER))
+    assert clock.tick() == Timestamp(106, 0)
+    assert clock.peek() == Timestamp(106, 1)
+
+
+def _proposal(ms: int, author: str = "c"):
+    return Feed(author, "decomposer").at(ms, ProposalBody(node="ab" * 32, strategy="s", subgoals=(
+        Subgoal(title="a", executable=True), Subgoal(title="b", executable=True))))
+
+
 def _goal(ms: int):
-    return sign_event(Identity(b"c" * 32), "client", 1, None, Timestamp(ms, 0),
-                      GoalBody(text="g", quorum=1, max_depth=1, claim_lease_ms=1000))
+    return _proposal(ms)
 
 
 def test_intake_holds_an_event_from_the_future_and_admits_it_when_its_time_comes() -> None:
     time = FakeTime(1000)
-    intake = Intake(HybridClock(time, max_drift_ms=100))
+    intake = Intake(HybridClock(time, max_drift_ms=100), gate())
     early = _goal(5000)
     answer = intake.offer(early.to_wire())
     assert isinstance(answer, Held) and "held" in answer.reason and intake.held == 1
@@ -74,8 +87,32 @@ def test_intake_holds_an_event_from_the_future_and_admits_it_when_its_time_comes
 
 
 def test_intake_refuses_bad_bytes_with_the_rule_and_counts_them() -> None:
-    intake = Intake(HybridClock(FakeTime(0)))
+    intake = Intake(HybridClock(FakeTime(0)), gate())
     answer = intake.offer(b'{"v": 1}')
     assert isinstance(answer, Refused) and answer.rule == "schema"
-    assert intake.refused == 1
+    assert intake.refused == {"schema": 1}
     assert isinstance(intake.offer(_goal(0).to_wire()), Admitted)
+
+
+def test_events_far_ahead_are_refused_for_now_and_not_fetched_again_until_their_time() -> None:
+    time = FakeTime(1000)
+    intake = Intake(HybridClock(time), gate())
+    year_ahead = _proposal(1000 + 365 * 24 * 3600 * 1000)
+    answer = intake.offer(year_ahead.to_wire())
+    assert isinstance(answer, Refused) and answer.rule == "future" and intake.held == 0
+    assert intake.knows(year_ahead.id)  # sync skips it
+    assert not isinstance(intake.offer(year_ahead.to_wire()), Admitted) and intake.refused == {"future": 1}
+    time.ms = year_ahead.ts.ms - HOLD_HORIZON_MS
+    assert not intake.knows(year_ahead.id)  # within the horizon now: it may be fetched and held
+    assert isinstance(intake.offer(year_ahead.to_wire()), Held)
+
+
+def test_held_events_are_bounded_per_author() -> None:
+    intake = Intake(HybridClock(FakeTime(0)), gate())
+    feed = Feed("flooder", "decomposer")
+    body = ProposalBody(node="ab" * 32, strategy="s", subgoals=(Subgoal(title="a", executable=True),
+                                                                Subgoal(title="b", executable=True)))
+    answers = [intake.offer(feed.at(60_000 + i, body).to_wire()) for i in range(MAX_HELD_PER_AUTHOR + 5)]
+    assert sum(isinstance(a, Held) for a in answers) == MAX_HELD_PER_AUTHOR == intake.held
+    assert intake.refused == {"hold-full": 5}
+    assert isinstance(intake.offer(_proposal(100, "someone else").to_wire()), Admitted)

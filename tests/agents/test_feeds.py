@@ -1,15 +1,23 @@
-"""Per-author feeds: gaps wait, forks and role or clock breaks cut, the same way in any order."""
+"""Per-author feeds: gaps wait, forks keep both branches as evidence, role or clock breaks cut,
+the same way in any order."""
 
 from __future__ import annotations
 
 import itertools
 
 from agents.core.clock import Timestamp
-from agents.core.events import ProposalBody, Subgoal, sign_event
+from agents.core.events import ProposalBody, Subgoal
 from agents.core.feeds import build_feeds
 from agents.core.identity import Identity
+from tests.builders import ticket_sig
 
 DEC = Identity(b"d" * 32)
+
+
+def sign_event(identity, role, seq, prev, ts, body):
+    from agents.core.events import sign_event as sign
+
+    return sign(identity, role, seq, prev, ts, body, ticket_sig(identity.peer_id, role))
 
 
 def _body(title: str) -> ProposalBody:
@@ -35,18 +43,20 @@ def test_a_gap_holds_the_rest_of_the_feed_until_it_is_filled() -> None:
     assert set(filled.accepted) == {a, b, c} and not filled.pending
 
 
-def test_a_fork_cuts_both_branches_whichever_was_seen_first() -> None:
+def test_a_fork_keeps_both_branches_as_evidence_whichever_was_seen_first() -> None:
+    """Cutting a feed at a fork would erase what honest members already decided with it
+    (an approval that completed a quorum); both branches stay, the author is marked."""
     a, b, c = _chain(3)
     other_b = sign_event(DEC, "decomposer", 2, a.id, Timestamp(99, 0), _body("other"))
     results = {
-        (build_feeds(order).accepted, build_feeds(order).cut)
+        (build_feeds(order).accepted, build_feeds(order).equivocators)
         for order in itertools.permutations([a, b, c, other_b])
     }
     assert len(results) == 1
-    accepted, cut = results.pop()
-    assert accepted == (a,)
-    assert set(cut) == {b, c, other_b}
-    assert build_feeds([a, b, other_b]).equivocators == {DEC.peer_id}
+    accepted, equivocators = results.pop()
+    assert set(accepted) == {a, b, c, other_b}
+    assert equivocators == {DEC.peer_id}
+    assert [i.rule for i in build_feeds([a, b, other_b]).issues] == ["fork"]
 
 
 def test_an_event_citing_a_different_predecessor_is_proof_of_a_fork() -> None:
@@ -54,8 +64,8 @@ def test_an_event_citing_a_different_predecessor_is_proof_of_a_fork() -> None:
     hidden_b = sign_event(DEC, "decomposer", 2, a.id, Timestamp(50, 0), _body("hidden"))
     c_on_hidden = sign_event(DEC, "decomposer", 3, hidden_b.id, Timestamp(60, 0), _body("c"))
     feeds = build_feeds([a, b, c_on_hidden])  # never saw hidden_b itself
-    assert feeds.accepted == (a,)
-    assert [i.rule for i in feeds.issues] == ["fork"]
+    assert set(feeds.accepted) == {a, b} and feeds.pending == (c_on_hidden,)
+    assert [i.rule for i in feeds.issues] == ["fork"] and feeds.equivocators == {DEC.peer_id}
 
 
 def test_a_feed_cannot_change_role_or_go_back_in_time() -> None:
@@ -65,6 +75,6 @@ def test_a_feed_cannot_change_role_or_go_back_in_time() -> None:
     assert feeds.accepted == (first,) and [i.rule for i in feeds.issues] == ["clock"]
     from agents.core.events import ClaimBody
 
-    switch = sign_event(DEC, "executor", 2, first.id, Timestamp(11, 0), ClaimBody(leaf="cd" * 32))
+    switch = sign_event(DEC, "executor", 2, first.id, Timestamp(11, 0), ClaimBody(leaf="cd" * 32, epoch=1))
     feeds = build_feeds([first, switch])
     assert feeds.accepted == (first,) and [i.rule for i in feeds.issues] == ["role"]

@@ -1,25 +1,35 @@
-"""Role policies decide from the tree alone."""
+"""Role policies decide from the tree and a clock reading alone."""
 
 from __future__ import annotations
 
-import hashlib
-
-from agents.core.author import Author
-from agents.core.clock import HybridClock
-from agents.core.events import GoalBody, ProposalBody, Subgoal, VoteBody
-from agents.core.fold import fold
-from agents.core.identity import Identity
-from agents.roles import Me, Propose, decomposer
-
-
-class Feed:
-    def __init__(self, name: str, role) -> None:
-        self.now = 0
-        self.author = Author(Identity(hashlib.sha256(name.encode()).digest()), role, HybridClock(lambda: self.now))
-
-    def at(self, ms: int, body):
-        self.now = ms
-        return self.author.sign(body)
+from agents.core.events import (
+    AckBody,
+    BallotBody,
+    CandidateBody,
+    ClaimBody,
+    FailureBody,
+    ProposalBody,
+    Subgoal,
+    VoteBody,
+)
+from agents.core.fold import child_node_id, fold
+from agents.roles import (
+    Ack,
+    Ballot,
+    Candidate,
+    Claim,
+    Execute,
+    Me,
+    Promise,
+    Propose,
+    Vote,
+    decomposer,
+    executor,
+    scorer,
+)
+from agents.roles.scorer import FALLBACK_ROUND
+from tests.agents.test_rounds import Board
+from tests.builders import Feed, goal
 
 
 def _split(node: str, tag: str) -> ProposalBody:
@@ -27,48 +37,111 @@ def _split(node: str, tag: str) -> ProposalBody:
                                                            Subgoal(title=f"{tag} b", executable=True)))
 
 
+def _vote(proposal: str, approve: bool) -> VoteBody:
+    return VoteBody(proposal=proposal, clarity=3 if approve else 1, non_overlap=3, coverage=3, approve=approve)
+
+
 def test_a_decomposer_tries_again_only_after_a_quorum_rejected_its_split_and_at_most_three_times() -> None:
     client, dec = Feed("c", "client"), Feed("d", "decomposer")
     scorers = [Feed(f"s{i}", "scorer") for i in range(3)]
-    me = Me(dec.author.peer_id, "decomposer")
-    goal = client.at(10, GoalBody(text="g", quorum=2, max_depth=2, claim_lease_ms=1000))
-    events = [goal]
-    assert decomposer.decide(fold(events), me, 0) == [Propose(goal.id, 1)]
+    me = Me(dec.peer_id, "decomposer")
+    g = client.at(10, goal("g", [s.peer_id for s in scorers], 2))
+    events = [g]
+    assert decomposer.decide(fold(events), me, 0) == [Propose(g.id, 1)]
     for attempt in (1, 2, 3):
-        proposal = dec.at(100 * attempt, _split(goal.id, f"try{attempt}"))
+        proposal = dec.at(100 * attempt, _split(g.id, f"try{attempt}"))
         events.append(proposal)
         assert decomposer.decide(fold(events), me, 0) == []  # waiting for the scorers
-        events.append(scorers[0].at(100 * attempt + 1, VoteBody(proposal=proposal.id, clarity=1, non_overlap=1,
-                                                                coverage=1, approve=False)))
+        events.append(scorers[0].at(100 * attempt + 1, _vote(proposal.id, False)))
         assert decomposer.decide(fold(events), me, 0) == []  # one rejection is not a quorum
-        events.append(scorers[1].at(100 * attempt + 2, VoteBody(proposal=proposal.id, clarity=1, non_overlap=1,
-                                                                coverage=1, approve=False)))
-        expected = [Propose(goal.id, attempt + 1)] if attempt < decomposer.MAX_ATTEMPTS else []
+        events.append(scorers[1].at(100 * attempt + 2, _vote(proposal.id, False)))
+        expected = [Propose(g.id, attempt + 1)] if attempt < decomposer.MAX_ATTEMPTS else []
         assert decomposer.decide(fold(events), me, 0) == expected
 
 
-def test_an_executor_leaves_a_leaf_it_gave_up_to_others_for_half_a_lease() -> None:
-    from agents.core.events import ClaimBody, FailureBody
-    from agents.core.fold import child_node_id
-    from agents.roles import Claim, executor
+def test_a_coordinator_names_its_best_approved_draft_and_the_others_ballot_their_verdict() -> None:
+    board = Board(tag="roles")
+    c1 = board.coordinator(1)
+    other = board.others(1)[0]
+    me = Me(c1.peer_id, "scorer")
+    tree = fold(board.events)
+    assert set(scorer.decide(tree, me, 200)) == {Vote(board.v), Vote(board.w)}  # assess first
+    board.events += [c1.at(board.t + 1, _vote(board.v, False)), c1.at(board.t + 2, _vote(board.w, True))]
+    board.t += 2
+    named = scorer.decide(fold(board.events), me, 300)[0]
+    assert named == Candidate(board.node, 1, board.w)
+    candidate = board.candidate(1, board.w)
+    them = Me(other.peer_id, "scorer")
+    assert scorer.decide(fold(board.events), them, 300)[0] == Vote(board.w)  # assess the candidate first
+    board.events.append(other.at(board.t + 1, _vote(board.w, False)))
+    board.t += 1
+    assert scorer.decide(fold(board.events), them, 300)[0] == Ballot(board.node, 1, candidate.id, False)
 
-    client, dec, scorer = Feed("c", "client"), Feed("d", "decomposer"), Feed("s", "scorer")
-    me_feed, other = Feed("x", "executor"), Feed("y", "executor")
-    goal = client.at(10, GoalBody(text="g", quorum=1, max_depth=1, claim_lease_ms=1000))
-    proposal = dec.at(20, _split(goal.id, "p"))
-    vote = scorer.at(30, VoteBody(proposal=proposal.id, clarity=5, non_overlap=5, coverage=5, approve=True))
-    leaf_a, leaf_b = child_node_id(proposal.id, 0), child_node_id(proposal.id, 1)
-    mine = me_feed.at(40, ClaimBody(leaf=leaf_a))
-    gave_up = me_feed.at(50, FailureBody(leaf=leaf_a, claim=mine.id, reason="model failed"))
-    busy = other.at(41, ClaimBody(leaf=leaf_b))  # the other leaf is taken
-    tree = fold([goal, proposal, vote, mine, gave_up, busy])
-    me = Me(me_feed.author.peer_id, "executor")
-    assert tree.nodes[leaf_a].status == "ready"
-    assert executor.decide(tree, me, 51) == []  # not straight back to the leaf it just gave up
-    assert executor.decide(tree, me, 549) == []
-    assert executor.decide(tree, me, 550) == [Claim(leaf_a)]  # half a lease later, nobody took it: retry
-    someone_else = Me(other.author.peer_id, "executor")
-    assert executor.decide(tree, someone_else, 51) != [Claim(leaf_a)]  # it holds leaf b: it works on that
+
+def test_a_scorer_moves_on_after_the_round_times_out_and_falls_back_to_the_best_draft() -> None:
+    """Nobody approves any draft: rounds time out, and from round 3 the coordinator names the
+    best-scored draft anyway and everybody approves it: a node is never stuck on bad drafts."""
+    board = Board(tag="fallback")
+    for s in board.scorers:
+        board.events += [s.at(board.t + 1, _vote(board.v, False)), s.at(board.t + 2, _vote(board.w, False))]
+        board.t += 2
+    round_ms = fold(board.events).goals[0].round_ms
+    first_draft = board.drafts[0].ts.ms
+    me = Me(board.scorers[0].peer_id, "scorer")
+    assert not [i for i in scorer.decide(fold(board.events), me, first_draft + round_ms - 1) if isinstance(i, Promise)]
+    assert Promise(board.node, 2) in scorer.decide(fold(board.events), me, first_draft + round_ms)
+    for round_ in range(2, FALLBACK_ROUND + 1):
+        promises = [board.promise(s, round_) for s in board.scorers]
+    coordinator = board.coordinator(FALLBACK_ROUND)
+    named = scorer.decide(fold(board.events), Me(coordinator.peer_id, "scorer"), 10**9)[0]
+    assert isinstance(named, Candidate) and named.round == FALLBACK_ROUND
+    candidate = board.candidate(FALLBACK_ROUND, named.value, promises)
+    for s in board.scorers:
+        assert Ballot(board.node, FALLBACK_ROUND, candidate.id, True) in scorer.decide(fold(board.events), Me(
+            s.peer_id, "scorer"), 10**9)
+
+
+def test_an_executor_starts_the_model_only_once_its_claim_is_granted() -> None:
+    board = Board(tag="grant")
+    first = board.candidate(1, board.v)
+    for s in board.scorers[:2]:
+        board.ballot(s, first)
+    leaf = child_node_id(board.v, 0)
+    x = Feed("grant/x", "executor")
+    me = Me(x.peer_id, "executor")
+    claim_intent = executor.decide(fold(board.events), me, 1000)[0]
+    assert isinstance(claim_intent, Claim) and claim_intent.epoch == 1
+    claim = board._add(x, ClaimBody(leaf=claim_intent.leaf, epoch=1))
+    assert executor.decide(fold(board.events), me, 1001) == []  # waiting for the grant
+    acks = [scorer.decide(fold(board.events), Me(s.peer_id, "scorer"), 1001) for s in board.scorers]
+    assert all(Ack(claim_intent.leaf, claim.id, 1) in a for a in acks)
+    for s in board.scorers[:2]:
+        board._add(s, AckBody(leaf=claim_intent.leaf, claim=claim.id, epoch=1))
+    assert Execute(claim_intent.leaf, claim.id) in executor.decide(fold(board.events), me, 1002)
+    assert leaf in (child_node_id(board.v, 0), child_node_id(board.v, 1))
+
+
+def test_an_executor_leaves_a_leaf_it_gave_up_to_others_for_half_a_lease() -> None:
+    board = Board(tag="gaveup")
+    first = board.candidate(1, board.v)
+    for s in board.scorers[:2]:
+        board.ballot(s, first)
+    leaf_a, leaf_b = child_node_id(board.v, 0), child_node_id(board.v, 1)
+    x, y = Feed("gaveup/x", "executor"), Feed("gaveup/y", "executor")
+    mine = board._add(x, ClaimBody(leaf=leaf_a, epoch=1))
+    busy = board._add(y, ClaimBody(leaf=leaf_b, epoch=1))
+    for s in board.scorers[:2]:
+        board._add(s, AckBody(leaf=leaf_a, claim=mine.id, epoch=1))
+        board._add(s, AckBody(leaf=leaf_b, claim=busy.id, epoch=1))
+    gave_up = board._add(x, FailureBody(leaf=leaf_a, claim=mine.id, reason="model failed"))
+    tree = fold(board.events)
+    lease = tree.goals[0].claim_lease_ms
+    me = Me(x.peer_id, "executor")
+    beat = tree.nodes[leaf_a].heartbeat.ms
+    assert tree.nodes[leaf_a].holder_failed and gave_up.id
+    assert executor.decide(tree, me, beat + 1) == []  # not straight back to the leaf it just gave up
+    assert executor.decide(tree, me, beat + lease // 2) == [Claim(leaf_a, 2)]  # half a lease later: retry
+    assert Ack(leaf_a, mine.id, 1) not in scorer.decide(tree, Me(board.scorers[2].peer_id, "scorer"), beat)
 
 
 def test_a_redraft_tells_the_model_what_was_rejected_and_differs_from_it() -> None:
@@ -78,14 +151,13 @@ def test_a_redraft_tells_the_model_what_was_rejected_and_differs_from_it() -> No
 
     client, dec = Feed("c", "client"), Feed("d", "decomposer")
     scorers = [Feed(f"s{i}", "scorer") for i in range(2)]
-    me = Me(dec.author.peer_id, "decomposer", "day")
-    goal = client.at(10, GoalBody(text="Plan a two-week trip to Japan", quorum=2, max_depth=2, claim_lease_ms=1000))
+    me = Me(dec.peer_id, "decomposer", "day")
+    g = client.at(10, goal("Plan a two-week trip to Japan", [s.peer_id for s in scorers], 2))
     backend = ScriptedBackend(seed=1)
-    first = compose(Propose(goal.id, 1), fold([goal]), backend, me)
+    first = compose(Propose(g.id, 1), fold([g]), backend, me)
     proposal = dec.at(100, first)
-    rejections = [s.at(200 + i, VoteBody(proposal=proposal.id, clarity=1, non_overlap=1, coverage=1,
-                                         approve=False)) for i, s in enumerate(scorers)]
-    tree = fold([goal, proposal, *rejections])
+    rejections = [s.at(200 + i, _vote(proposal.id, False)) for i, s in enumerate(scorers)]
+    tree = fold([g, proposal, *rejections])
 
     seen: list[DecomposeRequest] = []
 
@@ -94,8 +166,20 @@ def test_a_redraft_tells_the_model_what_was_rejected_and_differs_from_it() -> No
             seen.append(request)
             return super().decompose(request)
 
-    second = compose(Propose(goal.id, 2), tree, Recording(seed=1), me)
+    second = compose(Propose(g.id, 2), tree, Recording(seed=1), me)
     assert seen[0].attempt == 2
     assert seen[0].rejected == (tuple(s.title for s in first.subgoals),)
     assert [s.title for s in second.subgoals] != [s.title for s in first.subgoals]
     assert second.strategy != first.strategy
+
+
+def test_ballots_and_candidates_are_never_repeated_after_a_restart() -> None:
+    """What a scorer did is read from its own events in the tree, not from memory."""
+    board = Board(tag="restart")
+    c1 = board.coordinator(1)
+    board.events.append(c1.at(board.t + 1, _vote(board.v, True)))
+    board.t += 1
+    candidate = board.candidate(1, board.v)
+    board.ballot(c1, candidate)
+    again = scorer.decide(fold(board.events), Me(c1.peer_id, "scorer"), board.t + 1)
+    assert not [i for i in again if isinstance(i, (Candidate, Ballot))]

@@ -5,9 +5,9 @@ import sqlite3
 import pytest
 
 from agents.core.fold import fold
+from agents.store import EventStore, StoreError
 from chaos.sim.plan import simulate_plan
 from chaos.sim.world import SimConfig
-from agents.store import EventStore, StoreError
 
 
 def simulate_events():

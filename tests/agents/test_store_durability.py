@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from agents.core.fold import fold
+from agents.store import EventStore
 from chaos.sim.plan import simulate_plan
 from chaos.sim.world import SimConfig
-from agents.store import EventStore
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,6 +10,7 @@ from agents.core.events import ProposalBody, Subgoal, sign_event
 from agents.core.fold import fold
 from agents.core.identity import Identity
 from agents.core.sync import EventIndex, Events
+from tests.builders import ticket_sig
 from tests.eventgen import Universe, universes
 
 
@@ -45,7 +46,7 @@ def test_two_members_with_any_subsets_converge_to_one_set_and_digest(universe: U
     assert a.offer_for(b.summary()) is None  # quiet: nothing left to offer
 
 
-def test_forked_branches_travel_whole_so_both_sides_cut_at_the_same_seq() -> None:
+def test_forked_branches_travel_whole_so_both_sides_hold_the_same_evidence() -> None:
     author = Identity(b"f" * 32)
 
     def feed(tag: str, shared: list) -> list:
@@ -53,7 +54,8 @@ def test_forked_branches_travel_whole_so_both_sides_cut_at_the_same_seq() -> Non
         for seq in range(len(shared) + 1, 6):
             body = ProposalBody(node="ab" * 32, strategy=tag, subgoals=(
                 Subgoal(title=f"{tag}{seq}", executable=True), Subgoal(title="x", executable=True)))
-            event = sign_event(author, "decomposer", seq, prev, Timestamp(seq * 10, 0), body)
+            event = sign_event(author, "decomposer", seq, prev, Timestamp(seq * 10, 0), body,
+                               ticket_sig(author.peer_id, "decomposer"))
             events.append(event)
             prev = event.id
         return events

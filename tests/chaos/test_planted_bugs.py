@@ -87,7 +87,7 @@ def test_a_member_that_shows_a_value_before_its_quorum_is_caught(monkeypatch) ->
 
     def eager(tree):
         shown = honest(tree)
-        for (node, round_), view in tree.rounds.items():
+        for (node, _round), view in tree.rounds.items():
             if view.value and view.approvals and ("split", node) not in shown and not tree.nodes[node].leaf:
                 shown[("split", node)] = view.value
         return shown
