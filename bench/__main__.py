@@ -19,10 +19,10 @@ from pathlib import Path
 
 from agents.core.events import decode_event
 from agents.core.fold import fold
+from bench.synthetic import plan_log
 from chaos.sim.plan import simulate_plan
 from chaos.sim.runner import quiet_logs
 from chaos.sim.world import SimConfig
-from bench.synthetic import plan_log
 
 REPEATS = 3
 

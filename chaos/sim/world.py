@@ -19,6 +19,7 @@ faults and every member's actions in virtual-time order.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import shutil
@@ -28,8 +29,6 @@ from pathlib import Path
 
 import trio
 import trio.testing
-
-import hashlib
 
 from agents.core.admission import Credentials, Gate, issue
 from agents.core.events import GoalBody

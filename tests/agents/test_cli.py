@@ -69,7 +69,8 @@ def test_replay_names_each_refused_line_and_keeps_the_rest(simulated, tmp_path) 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["simulate", GOAL, "--quorum", "4"], "quorum 4 can never be reached by 3 scorer"),
+        (["simulate", GOAL, "--quorum", "4"], "quorum 4 must be a majority of the 3 scorer(s)"),
+        (["simulate", GOAL, "--quorum", "1"], "quorum 1 must be a majority of the 3 scorer(s)"),
         (["simulate", GOAL, "--llm", "gpt"], "supports only --llm scripted"),
         (["simulate", GOAL, "--scorers", "0"], "must be at least 1"),
         (["replay", "/nonexistent/file.jsonl"], "cannot read event file /nonexistent/file.jsonl"),

@@ -38,32 +38,65 @@ def test_swarm_plan_runs_a_whole_swarm_and_writes_the_plan(tmp_path) -> None:
     assert ps.stdout.strip() == ""
 
 
+NOBODY = "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWGSrXQQXYp31AUbZ64eJMb3hGywN4dmzpaZW3rWW22EfF"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """An operator's cluster with an admitted client, observer, executor and scorer."""
+    root = tmp_path_factory.mktemp("cluster")
+    assert swarm("cluster", "init", str(root / "admin"), "--name", "lab").returncode == 0
+    for role in ("client", "observer", "executor", "scorer"):
+        run = swarm("admit", str(root / "admin"), "--role", role, "--data-dir", str(root / role))
+        assert run.returncode == 0 and f"as {role} in cluster 'lab'" in run.stdout, run.stderr
+    return root
+
+
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
         (["plan", "g", "--scorers", "1", "--quorum", "2"], 1, "quorum 2 can never be reached by 1 scorer"),
+        (["plan", "g", "--scorers", "4", "--quorum", "2"], 1, "quorum 2 is not a majority of 4 scorers"),
         (["agent", "--role", "boss", "--data-dir", "x"], 2, "invalid choice: 'boss'"),
-        (["submit", "g", "--no-mdns"], 1, "needs a peer: give --bootstrap"),
-        (["submit", "g", "--no-mdns", "--bootstrap", "/ip4/127.0.0.1/tcp/notaport"], 1, "bad multiaddr"),
+        (["submit", "g", "--no-mdns", "--data-dir", "{root}/client", "--roster", "{root}/admin/members.json"], 1,
+         "needs a peer: give --bootstrap"),
+        (["submit", "g", "--no-mdns", "--data-dir", "{root}/client", "--bootstrap", NOBODY], 2,
+         "a goal names the scorers who decide it: give --roster"),
+        (["submit", "g", "--no-mdns", "--data-dir", "{root}/client", "--roster", "{root}/admin/members.json",
+          "--bootstrap", "/ip4/127.0.0.1/tcp/notaport"], 1, "bad multiaddr"),
+        (["agent", "--data-dir", "{root}/nobody", "--no-mdns"], 1, "holds no admission ticket"),
+        (["agent", "--role", "scorer", "--data-dir", "{root}/executor", "--no-mdns"], 1,
+         "admits this member as a executor, not a scorer"),
+        (["agent", "--data-dir", "{root}/executor", "--cluster", "prod", "--no-mdns"], 1,
+         "is a ticket for cluster 'lab', not 'prod'"),
+        (["cluster", "init", "{root}/admin"], 1, "already holds a cluster authority"),
+        (["admit", "{root}/admin", "--role", "scorer"], 2, "admit either a local member"),
+        (["admit", "{root}/not-a-cluster", "--role", "scorer", "--peer", "x"], 1, "is not a cluster directory"),
         (["inspect", "/nonexistent/dir"], 1, "holds no event store"),
     ],
 )
-def test_bad_input_names_the_problem(args, code, message) -> None:
-    run = swarm(*args)
+def test_bad_input_names_the_problem(cluster, args, code, message) -> None:
+    run = swarm(*(a.replace("{root}", str(cluster)) for a in args))
     assert run.returncode == code, run.stderr[-2000:]
     assert message in run.stderr
 
 
-def test_observe_with_nobody_to_ask_fails_instead_of_printing_an_empty_plan(tmp_path) -> None:
-    run = swarm("observe", "--no-mdns", "--timeout", "2", "--data-dir", str(tmp_path),
-                "--bootstrap", "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWGSrXQQXYp31AUbZ64eJMb3hGywN4dmzpaZW3rWW22EfF")
+def test_a_member_without_a_ticket_is_told_how_to_get_one(cluster) -> None:
+    run = swarm("agent", "--role", "scorer", "--data-dir", str(cluster / "stranger"), "--no-mdns")
+    assert run.returncode == 1
+    assert f"swarm admit CLUSTER_DIR --role scorer --data-dir {cluster / 'stranger'}" in run.stderr
+
+
+def test_observe_with_nobody_to_ask_fails_instead_of_printing_an_empty_plan(cluster) -> None:
+    run = swarm("observe", "--no-mdns", "--timeout", "2", "--data-dir", str(cluster / "observer"),
+                "--bootstrap", NOBODY)
     assert run.returncode == 1
     assert "no peer answered within 2 s" in run.stderr
 
 
-def test_submit_to_nobody_gives_up_with_a_reason(tmp_path) -> None:
-    run = swarm("submit", "g", "--no-mdns", "--timeout", "2", "--data-dir", str(tmp_path),
-                "--bootstrap", "/ip4/127.0.0.1/tcp/9/p2p/12D3KooWGSrXQQXYp31AUbZ64eJMb3hGywN4dmzpaZW3rWW22EfF")
+def test_submit_to_nobody_gives_up_with_a_reason(cluster) -> None:
+    run = swarm("submit", "g", "--no-mdns", "--timeout", "2", "--data-dir", str(cluster / "client"),
+                "--roster", str(cluster / "admin" / "members.json"), "--bootstrap", NOBODY)
     assert run.returncode == 1
     assert "no peer reachable within 2 s" in run.stderr
 

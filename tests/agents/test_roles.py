@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from agents.core.events import (
     AckBody,
-    BallotBody,
-    CandidateBody,
     ClaimBody,
     FailureBody,
     ProposalBody,
