@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agents.cli.plan import Proc, free_port, start_agent, stop, swarm_command
+from agents.clusterdir import ClusterDir
 from agents.core.fold import fold
 from agents.core.tree import PlanTree
-from agents.keyfile import load_or_create
 from agents.llm.scripted import STRATEGIES
 from agents.store import EventStore
 from tests.netns import NetnsLab
@@ -32,6 +32,13 @@ class LocalCluster:
         self.mdns_only = mdns_only  # no bootstrap addresses: members must find each other by mDNS
         self.procs: dict[str, Proc] = {}
         self.roles: dict[str, str] = {}
+        self.admin = ClusterDir.init(root / "admin", name)  # the operator: authority and tickets
+
+    def admit(self, name: str, role: str) -> Path:
+        """An admitted data directory for a client, observer or any other member."""
+        data_dir = self.root / name
+        self.admin.admit_dir(data_dir, role, name)
+        return data_dir
 
     def add(self, role: str, count: int, lab: NetnsLab | None = None) -> list[str]:
         """Add members; with a ``lab``, each runs in its own network namespace."""
@@ -40,7 +47,7 @@ class LocalCluster:
             index = sum(1 for r in self.roles.values() if r == role)
             name = f"{role}-{index}"
             data_dir = self.root / name
-            peer_id = load_or_create(data_dir).peer_id
+            peer_id = self.admin.admit_dir(data_dir, role, name).peer
             if lab is None:
                 self.procs[name] = Proc(name, data_dir, free_port(), peer_id)
             else:
@@ -86,10 +93,13 @@ class LocalCluster:
         return ["--cluster", self.name, "--no-mdns", "--listen", "/ip4/0.0.0.0/tcp/0",
                 *[a for n in chosen for a in ("--bootstrap", self.procs[n].address)]]
 
-    def submit(self, goal: str, quorum: int = 2, max_depth: int = 2, lease: float = 10.0) -> str:
+    def submit(self, goal: str, quorum: int = 2, max_depth: int = 2, lease: float = 10.0,
+               round_s: float = 5.0) -> str:
+        client = self.admit("client", "client")
         run = subprocess.run(
             [*swarm_command(), "submit", goal, "--quorum", str(quorum), "--max-depth", str(max_depth),
-             "--claim-lease", str(lease), "--timeout", "30", *self.bootstrap_args()],
+             "--claim-lease", str(lease), "--round", str(round_s), "--timeout", "30", "--data-dir", str(client),
+             "--roster", str(self.admin.path / "members.json"), *self.bootstrap_args()],
             capture_output=True, text=True, timeout=60,
         )
         assert run.returncode == 0, run.stderr[-2000:]

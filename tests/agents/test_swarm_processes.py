@@ -10,7 +10,6 @@ from collections import Counter
 import pytest
 
 from agents.cli.plan import swarm_command
-from agents.keyfile import load_or_create
 from agents.store import EventStore
 from tests.cluster import LocalCluster
 
@@ -33,14 +32,36 @@ def make_cluster(tmp_path):
 
 
 def _no_leaf_with_two_results(tree) -> None:
-    won = Counter(c.leaf for c in tree.claims.values() if c.status == "won")
-    assert all(n == 1 for n in won.values())
+    accepted = Counter(r.leaf for r in tree.results.values() if r.status == "accepted")
+    assert all(n == 1 for n in accepted.values())
 
 
 def _quorum_respected(tree, quorum: int) -> None:
     for node in tree.nodes.values():
         if node.split is not None:
-            assert len(tree.proposals[node.split].approvals) >= quorum
+            assert len(tree.proposals[node.split].ballots) >= quorum
+
+
+def _shown(cluster: LocalCluster) -> dict[str, list[dict]]:
+    """Every member's transition log: each change of what it showed."""
+    logs = {}
+    for name, proc in cluster.procs.items():
+        path = proc.data_dir / "transitions.jsonl"
+        logs[name] = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return logs
+
+
+def _never_revoked(cluster: LocalCluster) -> int:
+    """No member ever replaced a split or result it showed, nor showed another than any other member."""
+    decided: dict[tuple[str, str], str] = {}
+    for name, records in _shown(cluster).items():
+        for record in records:
+            if record["kind"] not in ("split", "result"):
+                continue
+            assert record["before"] is None, f"{name} replaced a {record['kind']}: {record}"
+            key = (record["kind"], record["node"])
+            assert decided.setdefault(key, record["after"]) == record["after"], f"{name} contradicts: {record}"
+    return len(decided)
 
 
 def test_plan_completes_every_member_agrees_and_a_late_observer_rebuilds_it(make_cluster, tmp_path) -> None:
@@ -61,7 +82,9 @@ def test_plan_completes_every_member_agrees_and_a_late_observer_rebuilds_it(make
     digest = cluster.tree("scorer-1").digest
 
     # a member that joins after completion learns everything from sync alone, and never speaks
-    observer_dir = tmp_path / "late-observer"
+    observer_dir = cluster.admit("late-observer", "observer")
+    from agents.keyfile import load_or_create
+
     observer = load_or_create(observer_dir).peer_id
     plan = tmp_path / "late.json"
     run = subprocess.run([*swarm_command(), "observe", "--json", str(plan), "--timeout", "30",
@@ -134,16 +157,17 @@ def test_an_executor_killed_holding_a_claim_loses_it_when_the_lease_lapses(make_
 
     def holding():
         tree = cluster.tree("executor-0")
-        return [c for c in tree.claims.values() if c.executor == victim and c.status == "holding"]
+        return [n for n in tree.leaves() if n.status == "claimed" and n.executor == victim]
 
-    cluster.wait_for("executor-0 to hold a claim", lambda: bool(holding()))
+    cluster.wait_for("executor-0 to hold a granted claim", lambda: bool(holding()))
     held = holding()[0]
     cluster.kill("executor-0")
     cluster.wait_for("the plan to complete", lambda: cluster.tree("executor-1").complete, timeout=90)
     tree = cluster.tree("executor-1")
-    assert tree.claims[held.id].status == "lapsed"
-    assert tree.nodes[held.leaf].executor == cluster.procs["executor-1"].peer_id
+    leaf = tree.nodes[held.id]
+    assert leaf.executor == cluster.procs["executor-1"].peer_id and leaf.epoch > held.epoch
     _no_leaf_with_two_results(tree)
+    assert _never_revoked(cluster) > 0
 
 
 def test_a_member_restarted_from_its_data_dir_keeps_everything_and_catches_up(make_cluster) -> None:
@@ -190,13 +214,19 @@ def test_a_partition_then_a_heal_converges_every_member_to_one_digest(make_clust
     cluster.wait_for("the goal on every member", lambda: all(goal in cluster.tree(n).nodes for n in cluster.procs))
     assert lab.can_reach("executor-0", "executor-1", 4001)
     lab.partition(left, right)
-    assert not any(n.status == "done" for n in cluster.tree("executor-1").nodes.values())
+    before = cluster.tree("executor-1")
+    assert not any(n.status == "done" for n in before.nodes.values())
     assert not lab.can_reach("executor-0", "executor-1", 4001)
     assert not lab.can_reach("executor-1", "scorer-0", 4001)
-    # the majority side (two scorers) completes; the minority side cannot accept anything new
+    # the majority side (two scorers) completes; the minority side accepts nothing new and,
+    # with no claim granted there, its executor never starts the model
     cluster.wait_for("the left side to complete", lambda: cluster.tree("executor-0").complete, timeout=90)
-    assert not cluster.tree("executor-1").complete
+    minority = cluster.tree("executor-1")
+    assert not minority.complete
     assert set(cluster.event_ids("executor-1")) != set(cluster.event_ids("executor-0"))
+    assert {k for k, n in minority.nodes.items() if n.split or n.result} <= set(before.nodes)
+    assert not [e for e in _events(cluster, "executor-1") if e.kind == "result"
+                and e.author == cluster.procs["executor-1"].peer_id]
     lab.heal()
     assert lab.can_reach("executor-0", "executor-1", 4001)
     digest = cluster.wait_converged(timeout=90)
@@ -204,6 +234,7 @@ def test_a_partition_then_a_heal_converges_every_member_to_one_digest(make_clust
     assert tree.complete and tree.digest == digest
     _quorum_respected(tree, 2)
     _no_leaf_with_two_results(tree)
+    assert _never_revoked(cluster) >= len(tree.leaves())  # judged from what every member showed
 
 
 def test_members_with_no_bootstrap_find_each_other_by_mdns(make_cluster, lab) -> None:
@@ -214,7 +245,7 @@ def test_members_with_no_bootstrap_find_each_other_by_mdns(make_cluster, lab) ->
     run = subprocess.run(
         [*prefix, *swarm_command(), "submit", "Organise a team offsite", "--quorum", "1", "--max-depth", "2",
          "--cluster", cluster.name, "--listen", f"/ip4/{client_ip}/tcp/0", "--timeout", "40",
-         "--data-dir", str(cluster.root / "client")],
+         "--data-dir", str(cluster.admit("client", "client")), "--roster", str(cluster.admin.path / "members.json")],
         capture_output=True, text=True, timeout=90,
     )
     assert run.returncode == 0, run.stderr[-2000:]
