@@ -9,7 +9,7 @@ SEED ?= 0
 SEEDS ?= 300
 FAULTS ?= all
 
-.PHONY: install install-core test test-fast bench lint swarm swarm-down engine image toxiproxy chaos sim wheels quality clean
+.PHONY: install install-core test test-fast bench lint swarm swarm-down admit engine image toxiproxy chaos sim wheels quality clean
 
 # The local model: llama-cpp-python is only on PyPI as source (it compiles llama.cpp,
 # about 4 minutes on 2 cores), so its wheel is built once, portable (no -march=native),
@@ -59,28 +59,46 @@ lint: install-core
 
 # The main job: the swarm as containers (docker-compose.yml), one member each. It makes
 # sure a Docker engine answers (starting one where none runs, as CI does), builds the
-# image without the network, brings the cluster up, submits GOAL, follows the observer
-# until the plan is complete, prints the tree and writes $(OUT)/plan.json and plan.md.
-# LLM=scripted for the fast stand-in. `make swarm-down` removes the cluster and volumes.
-# No Docker wanted? `swarm plan "GOAL"` runs the same members as local processes.
+# image without the network, admits every member (an authority in $(LAB_DIR)/admin, a
+# ticket in each member's data directory: what an operator does with `swarm cluster init`
+# and `swarm admit`), brings the cluster up, submits GOAL with the scorers as its roster,
+# follows the observer until the plan is complete, prints the tree and writes
+# $(OUT)/plan.json and plan.md. LLM=scripted for the fast stand-in. `make swarm-down`
+# removes the cluster and its data. No Docker wanted? `swarm plan "GOAL"` runs the same
+# members as local processes.
 LLM ?= llama
 CLUSTER ?= lab
+LAB_DIR ?= $(abspath $(OUT))/lab
+LAB_MEMBERS := decomposer-1:decomposer decomposer-2:decomposer decomposer-3:decomposer \
+  scorer-1:scorer scorer-2:scorer scorer-3:scorer executor-1:executor executor-2:executor executor-3:executor \
+  observer:observer
 IMAGE := swarm-plan:0.1.0
 COMPOSE = $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose) -p swarm-plan
-COMPOSE_ENV = LLM=$(LLM) CLUSTER=$(CLUSTER) OUT_DIR=$(abspath $(OUT)) \
+COMPOSE_ENV = LLM=$(LLM) CLUSTER=$(CLUSTER) OUT_DIR=$(abspath $(OUT)) LAB_DIR=$(LAB_DIR) \
   SWARM_MODEL_FILE=$$(if [ "$(LLM)" = llama ]; then $(BIN)/swarm model | sed -n 's/^  path *//p'; else echo /dev/null; fi)
 SWARM_TIMEOUT ?= 1800
 
-swarm: install image
-	@mkdir -p $(OUT)
+swarm: install image admit
 	$(COMPOSE_ENV) $(COMPOSE) up -d
-	$(COMPOSE_ENV) $(COMPOSE) run --rm client submit "$(GOAL)" --cluster $(CLUSTER) --timeout 120
+	$(COMPOSE_ENV) $(COMPOSE) run --rm client submit "$(GOAL)" --cluster $(CLUSTER) --timeout 120 \
+	  --data-dir /client --roster /roster.json
 	$(COMPOSE_ENV) $(COMPOSE) run --rm client observe --cluster $(CLUSTER) --follow --until-complete \
-	  --timeout $(SWARM_TIMEOUT) --json /out/plan.json --md /out/plan.md
+	  --timeout $(SWARM_TIMEOUT) --data-dir /watcher --json /out/plan.json --md /out/plan.md
 	@echo "plan written to $(OUT)/plan.json and $(OUT)/plan.md; 'make swarm-down' removes the cluster"
+
+# Admission for the compose cluster (idempotent): the authority once, a ticket per member.
+admit: install-core
+	@mkdir -p $(OUT)
+	@[ -f $(LAB_DIR)/admin/authority.key ] || $(BIN)/swarm cluster init $(LAB_DIR)/admin --name $(CLUSTER) >/dev/null
+	@for m in $(LAB_MEMBERS) client:client watcher:observer; do \
+	  dir=$(LAB_DIR)/$$( [ "$${m%%:*}" = client ] || [ "$${m%%:*}" = watcher ] || echo members/)$${m%%:*}; \
+	  $(BIN)/swarm admit $(LAB_DIR)/admin --role $${m##*:} --data-dir $$dir --name $${m%%:*} >/dev/null || exit 1; \
+	done
+	@echo "admitted 10 members, a client and an observer in cluster '$(CLUSTER)' ($(LAB_DIR)/admin)"
 
 swarm-down:
 	$(COMPOSE) --profile tools down -v --remove-orphans
+	rm -rf $(LAB_DIR)
 
 # The image, built without the network: engine (started if none answers), base image
 # (python:3.11-slim-bookworm, or a local debootstrap one without a registry), wheels.

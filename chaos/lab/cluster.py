@@ -19,8 +19,7 @@ import docker
 import docker.errors
 import structlog
 
-from agents.core.identity import Identity
-from agents.keyfile import load_or_create
+from agents.clusterdir import ClusterDir
 
 log = structlog.get_logger("chaos.cluster")
 
@@ -82,6 +81,8 @@ class LabCluster:
         except docker.errors.ImageNotFound:
             raise LabError(f"image {self.image} is not built; run 'make image' first") from None
         self._remove_leftovers()
+        # the operator's side of admission: every member of the run gets a ticket from it
+        self.admin = ClusterDir.init(self.root / "admin", self.cluster)
         self.network = self.docker.networks.create(
             f"swarm-lab-{self.run_id}", driver="bridge", labels={LABEL: self.run_id},
             options={"com.docker.network.bridge.enable_ip_masquerade": "false"},
@@ -100,8 +101,7 @@ class LabCluster:
     def add(self, spec: MemberSpec) -> LabMember:
         """Create the member's container (not started) and its identity, so its peer id is known."""
         data_dir = self.root / "members" / spec.name
-        data_dir.mkdir(parents=True, exist_ok=True)
-        identity: Identity = load_or_create(data_dir)
+        peer_id = self.admin.admit_dir(data_dir, spec.role, spec.name).peer
         command = ["agent", "--role", spec.role, "--data-dir", "/data", "--cluster", self.cluster,
                    "--listen", f"/ip4/0.0.0.0/tcp/{PORT}", "--llm", self.llm,
                    "--llm-threads", "1", "--llm-latency", str(self.llm_latency)]
@@ -124,7 +124,7 @@ class LabCluster:
             labels={LABEL: self.run_id, "swarm-lab.member": spec.name}, environment=environment,
             volumes=volumes, network=self.network.name, detach=True,
         )
-        member = LabMember(spec, data_dir, identity.peer_id, container)
+        member = LabMember(spec, data_dir, peer_id, container)
         self.members[spec.name] = member
         return member
 
@@ -189,13 +189,20 @@ class LabCluster:
 
     # --- the client -----------------------------------------------------------
 
-    def submit(self, goal: str, quorum: int, claim_lease_s: float, timeout: float = 60.0) -> str:
-        """Publish the goal from a one-shot client container; returns its output."""
+    def submit(self, goal: str, quorum: int, claim_lease_s: float, round_s: float, timeout: float = 60.0) -> str:
+        """Publish the goal from a one-shot client container (admitted as a client, the roster
+        is every admitted scorer); returns its output."""
+        client_dir = self.root / "client"
+        self.admin.admit_dir(client_dir, "client", "client")
         container = self.docker.containers.run(
             self.image, ["submit", goal, "--cluster", self.cluster, "--quorum", str(quorum),
-                         "--claim-lease", str(claim_lease_s), "--timeout", str(timeout)],
+                         "--claim-lease", str(claim_lease_s), "--round", str(round_s), "--timeout", str(timeout),
+                         "--data-dir", "/data", "--roster", "/admin/members.json"],
             name=f"swarm-lab-{self.run_id}-client", labels={LABEL: self.run_id},
             network=self.network.name, detach=True,
+            volumes={str(client_dir.resolve()): {"bind": "/data", "mode": "rw"},
+                     str((self.root / "admin" / "members.json").resolve()): {"bind": "/admin/members.json",
+                                                                            "mode": "ro"}},
         )
         result = container.wait(timeout=timeout + 30)
         output = container.logs(stdout=True, stderr=False).decode(errors="replace")

@@ -26,7 +26,8 @@ from agents.llm.scripted import STRATEGIES
 from agents.store import EventStore
 from agents.store.sqlite import DB_NAME
 from chaos.checkers import Verdict, check
-from chaos.history import History, MemberHistory, Restart
+from chaos.checkers.finality import revocations
+from chaos.history import History, MemberHistory, Restart, Shown
 from chaos.lab.cluster import LabCluster, LabError, MemberSpec
 from chaos.lab.nemesis import Nemesis
 from chaos.lab.scenario import Scenario, Step
@@ -42,6 +43,23 @@ def read_events(data_dir: Path) -> list[Event]:
         return []
     with EventStore.open(data_dir) as store:
         return store.events()
+
+
+def read_shown(data_dir: Path, t0_wall_ms: float) -> list[Shown]:
+    """A member's transition log (``DATA_DIR/transitions.jsonl``), in run time. Its clock may be
+    skewed (faketime): times are the member's own, the order is what counts."""
+    path = data_dir / "transitions.jsonl"
+    if not path.exists():
+        return []
+    shown = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by SIGKILL
+        shown.append(Shown(round((record["at_ms"] - t0_wall_ms) / 1000, 3), record["kind"], record.get("node", ""),
+                           record.get("before"), record.get("after")))
+    return shown
 
 
 class Recorder:
@@ -103,6 +121,7 @@ class ScenarioRun:
         self.history = History(scenario=scenario.name, seed=scenario.seed, shape=dict(scenario.shape),
                                quorum=scenario.quorum, convergence_bound_s=scenario.complete_within_s)
         self.t0 = time.monotonic()
+        self.t0_wall_ms = time.time() * 1000
         self.nemesis = Nemesis(self.cluster, self._fault)
         self.recorder = Recorder(self.cluster, self.history, self.now)
         self._held_before: dict[str, set[str]] = {}
@@ -133,8 +152,9 @@ class ScenarioRun:
             self.nemesis.after_start(name)
         self.cluster.wait_listening(first)
         self.say(f"  {len(first)} members up; submitting the goal")
-        answer = self.cluster.submit(scenario.goal, scenario.quorum, scenario.claim_lease_s)
+        answer = self.cluster.submit(scenario.goal, scenario.quorum, scenario.claim_lease_s, scenario.round_s)
         self.t0 = time.monotonic()
+        self.t0_wall_ms = time.time() * 1000
         self._fault("submit", answer[:80])
         self.recorder.start()
         try:
@@ -249,6 +269,7 @@ class ScenarioRun:
                 record.alive = False
                 continue
             record.events = read_events(member.data_dir)
+            record.shown = read_shown(member.data_dir, self.t0_wall_ms)
             tree = fold(record.events)
             record.digest, record.complete = tree.digest, tree.complete
             try:
@@ -278,7 +299,8 @@ def write_reports(report_dir: Path, scenario: Scenario, history: History, verdic
         "ended_at": history.ended_at,
         "members": {n: {"peer": m.peer, "alive": m.alive, "late": m.late, "digest": m.digest,
                         "complete": m.complete, "completed_at": m.completed_at, "events": len(m.events),
-                        "restarts": len(m.restarts)} for n, m in history.members.items()},
+                        "restarts": len(m.restarts), "shown": len(m.shown)} for n, m in history.members.items()},
+        "revocations": revocations(history),
         "wall_seconds": round(wall_s, 1),
     }
     report_dir.mkdir(parents=True, exist_ok=True)

@@ -68,6 +68,7 @@ class Scenario:
     goal: str
     quorum: int
     claim_lease_s: float
+    round_s: float
     llm: str
     llm_latency_s: float
     timeline: tuple[Step, ...]
@@ -107,6 +108,9 @@ def load(path: Path, seed: int = 0) -> Scenario:
     quorum = int(data.get("quorum", 2))
     if quorum > shape["scorer"]:
         raise _fail(path, f"quorum {quorum} can never be reached by {shape['scorer']} scorers")
+    if 2 * quorum <= shape["scorer"]:
+        raise _fail(path, f"quorum {quorum} is not a majority of {shape['scorer']} scorers: two quorums could "
+                          "decide differently; raise it")
     llm = data.get("llm") or {}
     scenario = Scenario(
         name=str(data.get("name") or path.stem),
@@ -120,6 +124,7 @@ def load(path: Path, seed: int = 0) -> Scenario:
         goal=str(data.get("goal", "Plan a two-week trip to Japan")),
         quorum=quorum,
         claim_lease_s=float(data.get("claim_lease_s", 20)),
+        round_s=float(data.get("round_s", 8)),
         llm=str(llm.get("backend", "scripted")),
         llm_latency_s=float(llm.get("latency_s", 1.0)),
         timeline=(),
