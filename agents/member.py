@@ -19,6 +19,7 @@ lost, other members' periodic pulls fetch them.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from agents.llm.base import Backend
 from agents.net.base import Network, PeerStream, StreamClosed
 from agents.roles import POLICIES, THINKING, Intent, Me, Renew
 from agents.roles.compose import compose, latency_key
-from agents.store import EventStore
+from agents.store import EventStore, StoreError
 from agents.syncproto import SyncProtocolError, SyncRefused, pull, serve_pull
 
 log = structlog.get_logger("swarm.member")
@@ -76,6 +77,17 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _read_head(path: Path | None) -> tuple[int, str] | None:
+    """The (seq, id) a member recorded as its own feed's head, or None."""
+    if path is None or not path.exists():
+        return None
+    try:
+        seq, event_id = path.read_text().split()
+        return int(seq), event_id
+    except (OSError, ValueError):
+        return None  # a damaged record: the first pull decides, as for a new member
+
+
 @dataclass
 class MemberStats:
     received: int = 0
@@ -86,6 +98,7 @@ class MemberStats:
     published: int = 0
     reorganisations: int = 0
     model_calls: int = 0
+    store_errors: int = 0  # writes the store refused (a full disk): nothing was acknowledged
 
 
 class Member:
@@ -101,6 +114,7 @@ class Member:
         trace: Callable[[str], None] | None = None,
         on_transition: Callable[[Transition], None] | None = None,
         transitions_path: Path | None = None,
+        feed_head_path: Path | None = None,
     ) -> None:
         """``think_in_thread=False`` runs model calls inline: the simulated world needs it,
         since a thread's real duration would let a mock clock jump. ``trace`` receives a
@@ -112,6 +126,7 @@ class Member:
         with a ``start`` record and the first fold from the store."""
         identity = credentials.identity
         role = credentials.role
+        self._log = log.bind(role=role, peer=identity.peer_id[-8:])
         self.credentials = credentials
         self.role = role
         self.store = store
@@ -126,15 +141,24 @@ class Member:
         self.index = EventIndex(store.events())
         self.stats = MemberStats(refused=store.counters().get("refused", 0))
         # Restart safety: the clock starts after every event held (not only our own), and a
-        # member whose store holds none of its own events learns its feed from a peer before
-        # it signs anything: a lost store must never make it sign seq 1 again (a fork).
+        # member signs nothing until it knows its own feed's head, so a lost or damaged store
+        # never makes it sign a seq twice (a fork). The head is recorded beside the store
+        # (``feed_head_path``) after every own event; when the store is behind it, or empty,
+        # the member first learns its own events back from peers (``_learned_own_feed``).
         for event in self.index.events():
             self.clock.restore(event.ts)
+        self._head_path = feed_head_path
+        self._must_learn = _read_head(feed_head_path)
         own = store.events_by(identity.peer_id)
         self.author_ready = trio.Event()
-        if self.author is not None and own:
+        if self.author is not None:
             self.author.resume(own)
-            self.author_ready.set()
+            if own and (self._must_learn is None or self._holds_own(self._must_learn)):
+                self._must_learn = None
+                self.author_ready.set()
+            elif self._must_learn is not None:
+                self._log.warning("store is behind this member's own feed; learning it from peers first",
+                                  stored_seq=self.author.seq, head_seq=self._must_learn[0])
         self._on_transition = on_transition
         self._transitions_file = open(transitions_path, "a", encoding="utf-8") if transitions_path else None  # noqa: SIM115 (closed in close())
         self._now_ms = now_ms
@@ -147,14 +171,22 @@ class Member:
         self._model_busy = False
         self._done: set[Intent] = set()
         self._last_renew: dict[str, int] = {}
-        self._log = log.bind(role=role, peer=identity.peer_id[-8:])
         self._think_in_thread = think_in_thread
         self._trace = trace
 
     # --- events in ------------------------------------------------------------
 
     def _admit(self, events: list[Event], via: str) -> int:
-        added = self.store.add_many(events)
+        """Store, index and fold; an event the store cannot take is neither indexed nor
+        acknowledged (sync fetches it again once the store works)."""
+        try:
+            added = self.store.add_many(events)
+        except StoreError as exc:
+            self.stats.store_errors += 1
+            self._log.error("store refused events", via=via, events=len(events), error=str(exc)[:300])
+            if via == "self":
+                raise
+            return 0
         if added:
             self.index.add_all(events)
             self._refold()
@@ -223,7 +255,12 @@ class Member:
         assert self.author is not None, "an observer never publishes"
         await self.author_ready.wait()
         event = self.author.sign(body)
-        self._admit([event], "self")
+        try:
+            self._admit([event], "self")
+        except StoreError:
+            self.author.unsign(event)  # never stored, never sent: the seq is free again
+            raise
+        self._record_head(event)
         self.stats.published += 1
         self._log.info("published", kind=event.kind, event_id=event.id[:12], hlc=str(event.ts))
         if self._trace:
@@ -300,14 +337,34 @@ class Member:
                     self._log.debug("admitted", event_id=event.id, via="sync")
         return added
 
+    def _holds_own(self, head: tuple[int, str]) -> bool:
+        event = self.index.get(head[1])
+        return event is not None and event.seq == head[0]
+
     def _learned_own_feed(self) -> None:
-        """After a completed pull: whatever a peer held of our own feed is ours now."""
-        if self.author is not None and not self.author_ready.is_set():
-            own = [e for e in self.index.events() if e.author == self.author.peer_id]
-            self.author.resume(own)
-            self.author_ready.set()
-            if own:
-                self._log.warning("recovered own feed from a peer", seq=self.author.seq)
+        """After a completed pull: whatever a peer held of our own feed is ours now. Ready to
+        sign once the recorded head is back (or, with no record, after this first pull)."""
+        if self.author is None or self.author_ready.is_set():
+            return
+        if self._must_learn is not None and not self._holds_own(self._must_learn):
+            return
+        own = [e for e in self.index.events() if e.author == self.author.peer_id]
+        self.author.resume(own)
+        self._must_learn = None
+        self.author_ready.set()
+        if own:
+            self._log.warning("recovered own feed from a peer", seq=self.author.seq)
+
+    def _record_head(self, event: Event) -> None:
+        """Write our feed's head beside the store, atomically and durably, after it is stored."""
+        if self._head_path is None:
+            return
+        tmp = self._head_path.with_name(self._head_path.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(f"{event.seq} {event.id}\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self._head_path)
 
     async def sync_all(self) -> int:
         total = 0
@@ -361,7 +418,10 @@ class Member:
                 if now - self._last_renew.get(intent.claim, 0) < lease * RENEW_SPACING_FRACTION:
                     continue
                 self._last_renew[intent.claim] = now
-            await self.publish(compose(intent, self.tree, self.backend, self.me))  # type: ignore[arg-type]
+            try:
+                await self.publish(compose(intent, self.tree, self.backend, self.me))  # type: ignore[arg-type]
+            except StoreError:
+                return False  # logged; the policy asks again next time
             return True
         return False
 
@@ -390,7 +450,10 @@ class Member:
                 if self._trace:
                     self._trace(f"discarded its result for leaf {body.leaf[:8]}: claim no longer held")
             else:
-                await self.publish(body)
+                try:
+                    await self.publish(body)
+                except StoreError:
+                    self._done.discard(intent)  # not stored, not sent: think again later
         finally:
             self._model_busy = False
             self.changed.set()

@@ -25,11 +25,15 @@ class Fault:
 
 @dataclass(frozen=True)
 class Restart:
-    """A member came back from its store: ``lost`` are the ids it had before and lacks now."""
+    """A member came back from its store: ``lost`` are the ids it had before and lacks now.
+    ``fault`` names a fault that took the store on purpose ("wipe", "corrupt"), after which
+    losing events is the point; ``error`` is what the store said when it refused to open."""
 
     at: float
     held_before: int
     lost: tuple[str, ...]
+    fault: str = ""
+    error: str = ""
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,12 @@ class Author:
                 self.seq, self.prev = last.seq, last.id
             self.clock.restore(max(e.ts for e in own_events))
 
+    def unsign(self, event: Event) -> None:
+        """Take back the last event signed, which was never stored nor sent (a full disk):
+        the next event reuses its seq, and since nobody saw this one, that is no fork."""
+        assert (event.seq, event.id) == (self.seq, self.prev), "only the last event signed can be taken back"
+        self.seq, self.prev = event.seq - 1, event.prev
+
     def sign(self, body: AnyBody) -> Event:
         event = sign_event(self.identity, self.role, self.seq + 1, self.prev, self.clock.tick(), body, self.ticket)
         self.seq, self.prev = event.seq, event.id

@@ -12,6 +12,7 @@ Schema changes are numbered migrations applied in order and recorded in
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -64,6 +65,9 @@ class EventStore:
             db.execute("PRAGMA busy_timeout=5000")
             store = cls(db, path)
             store._migrate()
+            (verdict,) = db.execute("PRAGMA quick_check").fetchone()
+            if verdict != "ok":
+                raise sqlite3.DatabaseError(f"integrity check: {verdict}")
         except sqlite3.DatabaseError as exc:
             raise StoreError(
                 f"{path} is not a usable event store ({exc}); move it aside to start afresh, "
@@ -110,20 +114,32 @@ class EventStore:
         ]
         if not rows:
             return 0
-        self._db.execute("BEGIN IMMEDIATE")
         try:
-            before = self._db.total_changes
-            self._db.executemany(
-                "INSERT OR IGNORE INTO events (id, author, seq, kind, hlc_ms, hlc_counter, raw)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
-            added = self._db.total_changes - before
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                before = self._db.total_changes
+                self._db.executemany(
+                    "INSERT OR IGNORE INTO events (id, author, seq, kind, hlc_ms, hlc_counter, raw)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+                added = self._db.total_changes - before
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as exc:
+            raise StoreError(
+                f"cannot write to {self.path}: {exc}; free space on its disk: nothing already stored is "
+                "lost, and events not stored are fetched again by sync"
+            ) from None
         return added
+
+    def durability(self) -> int:
+        """SQLite's ``synchronous`` level: 2 (FULL) makes every commit durable when it returns."""
+        (level,) = self._db.execute("PRAGMA synchronous").fetchone()
+        return int(level)
 
     def has(self, event_id: str) -> bool:
         return self._db.execute("SELECT 1 FROM events WHERE id = ?", (event_id,)).fetchone() is not None
@@ -153,12 +169,14 @@ class EventStore:
         return list(self._decode(rows))
 
     def bump(self, counter: str, by: int = 1) -> None:
-        """Add to a local counter (refused events and the like): facts about this member only."""
-        self._db.execute(
-            "INSERT INTO counters (name, value) VALUES (?, ?) "
-            "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
-            (counter, by),
-        )
+        """Add to a local counter (refused events and the like): facts about this member only.
+        A full disk skips the count rather than fail the member: it is not worth a crash."""
+        with contextlib.suppress(sqlite3.OperationalError):
+            self._db.execute(
+                "INSERT INTO counters (name, value) VALUES (?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+                (counter, by),
+            )
 
     def counters(self) -> dict[str, int]:
         return {name: value for name, value in self._db.execute("SELECT name, value FROM counters")}

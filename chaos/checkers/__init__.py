@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 
 from chaos.checkers.convergence import convergence, durability, late_join
 from chaos.checkers.finality import no_revocation
+from chaos.checkers.integrity import event_sets, honest_feeds, observer_truth, wasted_work
 from chaos.checkers.liveness import liveness
 from chaos.checkers.safety import claim_safety, quorum_safety, reference_agreement
 from chaos.checkers.verdict import Status, Verdict
@@ -25,6 +26,10 @@ CHECKERS: dict[str, Callable[[History], Verdict]] = {
     "claim_safety": claim_safety,
     "reference_agreement": reference_agreement,
     "no_revocation": no_revocation,
+    "observer_truth": observer_truth,
+    "event_sets": event_sets,
+    "honest_feeds": honest_feeds,
+    "wasted_work": wasted_work,
     "liveness": liveness,
     "late_join": late_join,
     "durability": durability,

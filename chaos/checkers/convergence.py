@@ -51,16 +51,20 @@ def late_join(history: History) -> Verdict:
 
 
 def durability(history: History) -> Verdict:
-    """A restarted member lost nothing it had stored before it went down."""
+    """A restarted member lost nothing it had stored before it went down (unless the nemesis
+    destroyed its store on purpose: then the others' copies bring it back, see honest_feeds)."""
     restarts = [(m.name, r) for m in history.members.values() for r in m.restarts]
     for name, restart in restarts:
-        if restart.lost:
+        if restart.lost and not restart.fault:
             return Verdict("durability", "fail",
                            f"{name} restarted at t={restart.at:.1f}s without {len(restart.lost)} of the "
                            f"{restart.held_before} events it held: {', '.join(i[:8] for i in restart.lost[:5])}")
-    held = sum(r.held_before for _, r in restarts)
+    kept = [(n, r) for n, r in restarts if not r.fault]
+    held = sum(r.held_before for _, r in kept)
+    destroyed = [f"{n} ({r.fault}{': ' + r.error[:60] if r.error else ''})" for n, r in restarts if r.fault]
     return Verdict("durability", "pass",
-                   f"{len(restarts)} restart(s), all {held} previously held events still there"
+                   (f"{len(kept)} restart(s), all {held} previously held events still there"
+                    + (f"; stores destroyed on purpose: {', '.join(destroyed)}" if destroyed else ""))
                    if restarts else "no member restarted in this run")
 
 

@@ -2,9 +2,20 @@
 
 Each kind can be switched on or off (``swarm sim --faults``). All faults
 happen inside the *fault window*; at its end the weather clears, partitions
-heal and crashed members restart, so the checkers can ask for convergence and
-liveness after ``last_fault_at``. Only ``stop`` (a member gone for good) and
-an observer joining after completion outlast the window.
+heal, clocks settle, disks free up and crashed members restart, so the
+checkers can ask for convergence and liveness after ``last_fault_at``. Only
+``stop`` (a member gone for good) and an observer joining after completion
+outlast the window.
+
+Kinds: ``delay``, ``loss``, ``dup`` (the weather); ``partition`` and
+``oneway`` (a cut in both directions, or in one); ``crash`` (restart from the
+store), ``stop``, ``pause`` (SIGSTOP: traffic waits), ``late``; ``skew``
+(a fixed offset per member), ``clock`` (jumps, strobes, offsets past the 10 s
+hold bound, and a new offset after a restart); ``storeloss`` (a restart with
+the store gone and the key kept), ``lostwrite`` (a crash loses what was not
+fsynced), ``corrupt`` (a crash leaves a damaged page), ``diskfull`` (writes
+fail for a while); ``slow`` (model latency); ``hostile`` (see
+``chaos.sim.hostile``).
 """
 
 from __future__ import annotations
@@ -12,7 +23,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-FAULT_KINDS = ("delay", "loss", "dup", "partition", "crash", "stop", "late", "skew", "slow")
+FAULT_KINDS = ("delay", "loss", "dup", "partition", "crash", "stop", "late", "skew", "slow", "clock", "oneway",
+               "pause", "storeloss", "lostwrite", "corrupt", "diskfull", "hostile")
 
 
 class FaultSpecError(ValueError):
@@ -38,10 +50,12 @@ def parse_faults(text: str) -> frozenset[str]:
 @dataclass(frozen=True)
 class Step:
     at: float
-    action: str  # weather, clear, partition, heal, crash, restart, stop, start
+    action: str  # weather, clear, partition, oneway, heal, crash, restart, stop, pause, resume, clock, disk
     members: tuple[str, ...] = ()
     groups: tuple[tuple[str, ...], ...] = ()
     weather: tuple[tuple[int, int], float, float] | None = None  # (delay range, loss, dup)
+    value: int = 0  # clock: the member's new offset in ms; disk: 1 full, 0 free
+    flag: str = ""  # restart: "wipe" (store lost), "unsynced" (lose what was not fsynced), "corrupt"
 
 
 @dataclass(frozen=True)
@@ -71,6 +85,12 @@ class FaultPlan:
             if step.weather:
                 (low, high), loss, dup = step.weather
                 what += f" delay {low}-{high}ms loss {loss:.0%} dup {dup:.0%}"
+            if step.action == "clock":
+                what += f" {step.value:+d} ms"
+            if step.action == "disk":
+                what += " full" if step.value else " free"
+            if step.flag:
+                what += f" ({step.flag})"
             lines.append(f"{step.at:7.2f}s {what}")
         return lines
 
@@ -113,14 +133,55 @@ def draw_plan(rng: random.Random, members: list[str], kinds: frozenset[str], win
             steps.append(Step(round(rng.uniform(0, window_s), 3), "stop", members=(name,)))
         stopped.update(victims)
 
+    candidates = [m for m in members if m not in stopped]
     if "crash" in kinds:
-        candidates = [m for m in members if m not in stopped]
         for _ in range(rng.randint(1, 3)):
             name = rng.choice(candidates)
             down = rng.uniform(0, window_s * 0.9)
             up = min(window_s, down + rng.uniform(0.5, 20))
             steps.append(Step(round(down, 3), "crash", members=(name,)))
             steps.append(Step(round(up, 3), "restart", members=(name,)))
+            if "clock" in kinds and rng.random() < 0.5:  # it comes back with another clock
+                steps.append(Step(round(up, 3), "clock", members=(name,), value=rng.randint(-8000, 8000)))
+    for flag in [f for f, kind in (("wipe", "storeloss"), ("unsynced", "lostwrite"), ("corrupt", "corrupt"))
+                 if kind in kinds]:
+        name = rng.choice(candidates)
+        down = rng.uniform(0, window_s * 0.8)
+        steps.append(Step(round(down, 3), "crash", members=(name,)))
+        steps.append(Step(round(min(window_s, down + rng.uniform(0.5, 8)), 3), "restart", members=(name,),
+                          flag=flag))
+    if "pause" in kinds:
+        for name in rng.sample(candidates, k=rng.randint(1, 2)):
+            start = rng.uniform(0, window_s * 0.8)
+            steps.append(Step(round(start, 3), "pause", members=(name,)))
+            steps.append(Step(round(min(window_s, start + rng.uniform(2, 20)), 3), "resume", members=(name,)))
+    if "oneway" in kinds:
+        for _ in range(rng.randint(1, 2)):
+            start = rng.uniform(0, window_s * 0.8)
+            shuffled = members[:]
+            rng.shuffle(shuffled)
+            cut = rng.randint(1, len(shuffled) - 1)
+            steps.append(Step(round(start, 3), "oneway",
+                              groups=(tuple(sorted(shuffled[:cut])), tuple(sorted(shuffled[cut:])))))
+            steps.append(Step(round(min(window_s, start + rng.uniform(2, window_s / 2)), 3), "heal"))
+    if "clock" in kinds:
+        for name in rng.sample(members, k=rng.randint(1, 3)):
+            start = rng.uniform(0, window_s * 0.8)
+            if rng.random() < 0.5:  # a jump, sometimes past the 10 s hold bound, either way
+                steps.append(Step(round(start, 3), "clock", members=(name,),
+                                  value=rng.choice([-1, 1]) * rng.randint(1000, 40_000)))
+            else:  # a strobe: the clock flips between two offsets
+                amplitude, period = rng.randint(2000, 15_000), rng.uniform(0.3, 2.0)
+                t, sign = start, 1
+                while t < min(window_s, start + rng.uniform(2, 10)):
+                    steps.append(Step(round(t, 3), "clock", members=(name,), value=sign * amplitude))
+                    t, sign = t + period, -sign
+            steps.append(Step(window_s, "clock", members=(name,), value=0))  # the clock settles
+    if "diskfull" in kinds:
+        for name in rng.sample(candidates, k=rng.randint(1, 2)):
+            start = rng.uniform(0, window_s * 0.8)
+            steps.append(Step(round(start, 3), "disk", members=(name,), value=1))
+            steps.append(Step(round(min(window_s, start + rng.uniform(1, 10)), 3), "disk", members=(name,)))
 
     late: dict[str, float] = {}
     if "late" in kinds:
@@ -134,5 +195,5 @@ def draw_plan(rng: random.Random, members: list[str], kinds: frozenset[str], win
     skew = {m: (rng.randint(-4000, 4000) if "skew" in kinds else 0) for m in members}
     latency = {m: model_latency_s * (rng.choice([0.25, 1.0, 1.0, 2.0, 4.0]) if "slow" in kinds else 1.0)
                for m in members}
-    ordered = sorted(steps, key=lambda s: (s.at, s.action, s.members, s.groups))
+    ordered = sorted(steps, key=lambda s: (s.at, s.action, s.members, s.groups, s.value, s.flag))
     return FaultPlan(tuple(ordered), window_s, late, skew, latency, frozenset(stopped))

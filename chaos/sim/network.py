@@ -14,6 +14,12 @@ random stream, in the order the (deterministic) members send them:
   partition, a crash) is reset, which is what libp2p's liveness ping does to a
   silent link. Opening a stream to a member that cannot be reached fails after
   a delay, like a dial timeout.
+* **one-way partitions**: gossip from one group to another is lost while the
+  other direction still arrives; a sync stream needs both directions (as TCP
+  does), so none opens across a one-way cut and open ones are reset;
+* **pause** (a member stopped with SIGSTOP): traffic to and from it waits, and
+  flows again, late, when it resumes; its own tasks keep running, which is what
+  makes a thawed member a zombie that acts on a stale view;
 * **connections**: when a member comes up, or a partition heals, both ends of
   every link that just became usable are told, which is when members pull.
 
@@ -53,6 +59,8 @@ class SimFabric:
         self._up: set[str] = set()
         self._group: dict[str, int] = {}  # partition group per peer; absent = group 0
         self._streams: list[SimStream] = []
+        self._one_way: set[tuple[int, int]] = set()  # (from group, to group) whose gossip is lost
+        self._paused: dict[str, trio.Event] = {}  # member -> set when it resumes
         self.delivered = 0
         self.lost = 0
         self.duplicated = 0
@@ -65,8 +73,16 @@ class SimFabric:
         return network
 
     def reachable(self, a: str, b: str) -> bool:
+        """Both directions work (what a connection and a sync stream need)."""
         return (a != b and a in self._up and b in self._up
                 and self._group.get(a, 0) == self._group.get(b, 0))
+
+    def can_send(self, a: str, b: str) -> bool:
+        """Datagrams from ``a`` reach ``b`` (gossip under a one-way partition)."""
+        if a == b or a not in self._up or b not in self._up:
+            return False
+        ga, gb = self._group.get(a, 0), self._group.get(b, 0)
+        return ga == gb or ((ga, gb) not in self._one_way and bool(self._one_way))
 
     def peers_of(self, peer_id: str) -> list[str]:
         return sorted(p for p in self._up if self.reachable(peer_id, p))
@@ -95,10 +111,33 @@ class SimFabric:
                 lonely += 1
         self._reset_broken_streams()
 
+    def one_way(self, senders: list[str], receivers: list[str]) -> None:
+        """Lose everything ``senders`` send to ``receivers``; the other direction still flows."""
+        self._group = {p: 1 for p in senders} | {p: 2 for p in receivers}
+        for peer in self._endpoints:
+            self._group.setdefault(peer, 1)
+        self._one_way = {(1, 2)}
+        self._reset_broken_streams()
+
     def heal(self) -> None:
         before = self._usable_links()
         self._group = {}
+        self._one_way = set()
         self._announce(self._usable_links() - before)
+
+    def pause(self, peer: str) -> None:
+        self._paused.setdefault(peer, trio.Event())
+
+    def resume(self, peer: str) -> None:
+        event = self._paused.pop(peer, None)
+        if event is not None:
+            event.set()
+
+    async def thawed(self, *peers: str) -> None:
+        for peer in peers:
+            event = self._paused.get(peer)
+            if event is not None:
+                await event.wait()
 
     def _usable_links(self) -> set[tuple[str, str]]:
         up = sorted(self._up)
@@ -128,7 +167,7 @@ class SimFabric:
         return self.rng.randint(low, high) / 1000
 
     def gossip(self, sender: str, data: bytes) -> None:
-        for peer in self.peers_of(sender):
+        for peer in sorted(p for p in self._up if self.can_send(sender, p)):
             if self.rng.random() < self.weather.loss:
                 self.lost += 1
                 continue
@@ -138,14 +177,17 @@ class SimFabric:
                 self._nursery.start_soon(self._deliver, sender, self._endpoints[peer], data, self.delay_s())
 
     async def _deliver(self, sender: str, target: SimNetwork, data: bytes, delay: float) -> None:
+        await self.thawed(sender)
         await trio.sleep(delay)
+        await self.thawed(target.peer_id)
         # a copy in flight when the link broke is lost; one to a restarted member
         # went to the old endpoint, which nobody reads any more
-        if self.reachable(sender, target.peer_id) and self._endpoints.get(target.peer_id) is target:
+        if self.can_send(sender, target.peer_id) and self._endpoints.get(target.peer_id) is target:
             self.delivered += 1
             target.deliver(data)
 
     async def open_stream(self, opener: str, peer: str) -> SimStream:
+        await self.thawed(opener, peer)
         await trio.sleep(self.delay_s())
         server = self._endpoints.get(peer)
         if not self.reachable(opener, peer) or server is None or server.handler is None:
@@ -191,6 +233,7 @@ class SimStream:
     async def send(self, frame: bytes) -> None:
         if self.closed or self._outbox is None:
             raise StreamClosed(f"sync stream to {self.peer[-8:]} is {'reset' if self.was_reset else 'closed'}")
+        await self.fabric.thawed(self.local, self.peer)  # a paused end neither sends nor reads
         await trio.sleep(self.fabric.delay_s())
         if self.closed:
             raise StreamClosed(f"sync stream to {self.peer[-8:]} was reset")

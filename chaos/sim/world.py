@@ -35,7 +35,8 @@ from agents.core.events import GoalBody
 from agents.core.identity import Identity
 from agents.llm.scripted import STRATEGIES, ScriptedBackend
 from agents.member import Member
-from agents.store import EventStore
+from agents.store import EventStore, StoreError
+from agents.store.sqlite import DB_NAME
 from chaos.history import History, MemberHistory, Restart, Shown
 from chaos.sim.faults import FaultPlan, Step, draw_plan
 from chaos.sim.network import LinkWeather, SimFabric, SimNetwork
@@ -60,7 +61,8 @@ class SimConfig:
     faults: frozenset[str] = frozenset()
     goal: str = GOAL
     window_s: float = 20.0  # faults happen inside this window
-    settle_s: float = 240.0  # then the plan must converge (and complete) within this bound
+    settle_s: float = 240.0  # the run ends at the latest this long after the window
+    convergence_bound_s: float = 90.0  # every live member must agree this long after the last fault
     claim_lease_ms: int = 15_000
     hold_limit_ms: int = 60_000
     round_ms: int = 10_000
@@ -94,6 +96,30 @@ def _seed_trio_scheduler(seed: int) -> None:
     run_module._r.seed(f"swarm-sim/{seed}/scheduler")
 
 
+class _SimStore(EventStore):
+    """The real SQLite store, whose disk the nemesis can fill (writes then fail)."""
+
+    full = False
+
+    def add_many(self, events) -> int:
+        if self.full:
+            events = list(events)
+            if events:
+                raise StoreError(f"cannot write to {self.path}: database or disk is full (simulated)")
+        return super().add_many(events)
+
+
+def _corrupt(path: Path, rng: random.Random) -> None:
+    """Overwrite a page of a SQLite file with garbage, as a torn write or a bad sector would."""
+    size = path.stat().st_size
+    if size < 4096:
+        return
+    with open(path, "r+b") as handle:
+        page = rng.randrange(0, size // 4096)
+        handle.seek(page * 4096)
+        handle.write(bytes(rng.getrandbits(8) for _ in range(4096)))
+
+
 class _Slot:
     """One member's life in the run: started, crashed, restarted, stopped."""
 
@@ -111,29 +137,72 @@ class _Slot:
         strictness = random.Random(f"swarm-sim/{world.config.seed}/strict/{name}").choice([9, 11, 12, 13])
         self.backend = ScriptedBackend(seed=world.config.seed * 1000 + len(world.slots),
                                        latency=world.plan.latency_s[name], strictness=strictness)
-        self.state = "pending"  # pending, up, down, stopped
+        self.state = "pending"  # pending, up, down, stopped, paused
         self.model_calls = 0  # by the member's earlier lives (before restarts)
+        self.clock_ms = 0  # the nemesis's extra offset (jumps, strobes) on top of its skew
+        self.durability = 2  # the store's synchronous level when it crashed (2: every commit durable)
+        self.crash_image: dict[str, bytes] = {}  # the store's files as they were at the kill
         self.member: Member | None = None
         self.scope: trio.CancelScope | None = None
         self.store: EventStore | None = None
         self.record = MemberHistory(name, self.role, self.identity.peer_id)
 
     def now_ms(self) -> int:
-        return EPOCH_MS + int(trio.current_time() * 1000) + self.skew_ms
+        return EPOCH_MS + int(trio.current_time() * 1000) + self.skew_ms + self.clock_ms
 
-    async def start(self) -> None:
+    def _damage(self, flag: str) -> None:
+        """What a crash did to the store, applied before it is opened again."""
+        files = self._files()
+        if flag == "wipe":
+            for path in files:
+                path.unlink(missing_ok=True)
+        elif flag == "unsynced" and self.durability < 2:
+            # below synchronous=FULL a commit is not on the disk when it returns: the
+            # write-ahead log's tail may vanish with the page cache
+            for path in files[1:]:
+                path.unlink(missing_ok=True)
+        elif flag == "corrupt":
+            rng = random.Random(f"swarm-sim/{self.world.config.seed}/corrupt/{self.name}")
+            for path in files[:2]:
+                if path.exists():
+                    _corrupt(path, rng)
+
+    def _files(self) -> list[Path]:
+        return [self.data_dir / f"{DB_NAME}{suffix}" for suffix in ("", "-wal", "-shm")]
+
+    async def start(self, flag: str = "") -> None:
         held_before = set(self.record_ids())
-        self.store = EventStore.open(self.data_dir)
+        if self.state == "down":
+            # a killed process never closes its store (closing would checkpoint the log into
+            # the database): the disk holds exactly what it held at the kill
+            for path in self._files():
+                path.unlink(missing_ok=True)
+            for name, data in self.crash_image.items():
+                (self.data_dir / name).write_bytes(data)
+            if flag:
+                self._damage(flag)
+        error = ""
+        try:
+            self.store = _SimStore.open(self.data_dir)
+            self.store.events()  # a damaged event refuses to decode
+        except StoreError as exc:
+            # what the store tells an operator to do: move it aside, the swarm syncs it back
+            error = str(exc)
+            for path in self.data_dir.glob(f"{DB_NAME}*"):
+                path.rename(path.with_name(path.name + ".damaged"))
+            self.store = _SimStore.open(self.data_dir)
         if self.state == "down":
             after = {e.id for e in self.store.events()}
             lost = tuple(sorted(held_before - after))
-            self.record.restarts.append(Restart(self.world.now(), len(held_before), lost))
+            fault = flag if flag in ("wipe", "corrupt") else ""
+            self.record.restarts.append(Restart(self.world.now(), len(held_before), lost, fault, error))
         network = self.world.fabric.endpoint(self.identity.peer_id)
         self.member = Member(
             self.world.credentials(self.identity, self.role), self.store, network,
             backend=self.backend if self.role != "observer" else None, strategy=self.strategy,
             now_ms=self.now_ms, think_in_thread=False,
             trace=lambda line: self.world.say(self.name, line),
+            feed_head_path=self.data_dir / "feed.head",
             on_transition=lambda change: self.record.shown.append(
                 Shown(round(self.world.now(), 3), change.kind, change.node, change.before, change.after)),
         )
@@ -159,7 +228,9 @@ class _Slot:
 
     def down(self, state: str) -> None:
         """Crash (``down``, will restart from its store) or stop for good (``stopped``)."""
-        assert self.member is not None and self.scope is not None
+        assert self.member is not None and self.scope is not None and self.store is not None
+        self.durability = self.store.durability()
+        self.crash_image = {p.name: p.read_bytes() for p in self._files() if p.exists()}
         self.record.events = self.member.index.events()
         self.model_calls += self.member.stats.model_calls
         self.world.fabric.take_down(self.identity.peer_id)
@@ -178,7 +249,7 @@ class _World:
             scenario="sim", seed=config.seed,
             shape={"decomposer": config.decomposers, "scorer": config.scorers,
                    "executor": config.executors, "observer": config.observers},
-            quorum=config.quorum, convergence_bound_s=config.settle_s,
+            quorum=config.quorum, convergence_bound_s=config.convergence_bound_s,
         )
         self.slots: dict[str, _Slot] = {}
         self._names: dict[str, str] = {}  # peer id suffix -> member name
@@ -295,7 +366,8 @@ class _World:
             self.fault("heal")
         elif step.action in ("crash", "stop"):
             slot = self.slots[step.members[0]]
-            if slot.state == "up":
+            if slot.state in ("up", "paused"):
+                self.fabric.resume(slot.identity.peer_id)
                 slot.down("down" if step.action == "crash" else "stopped")
                 self.fault(step.action, slot.name)
             elif slot.state == "pending" and step.action == "stop":
@@ -304,12 +376,37 @@ class _World:
         elif step.action == "restart":
             slot = self.slots[step.members[0]]
             if slot.state == "down":
-                self.fault("restart", slot.name)
-                await slot.start()
+                self.fault("restart", f"{slot.name} ({step.flag})" if step.flag else slot.name)
+                await slot.start(step.flag)
+        elif step.action == "oneway":
+            senders, receivers = step.groups
+            self.fabric.one_way([self.slots[n].identity.peer_id for n in senders],
+                                [self.slots[n].identity.peer_id for n in receivers])
+            self.fault("oneway", f"{','.join(senders)} -> {','.join(receivers)} lost")
+        elif step.action in ("pause", "resume"):
+            slot = self.slots[step.members[0]]
+            if step.action == "pause" and slot.state == "up":
+                self.fabric.pause(slot.identity.peer_id)
+                slot.state = "paused"
+                self.fault("pause", slot.name)
+            elif step.action == "resume" and slot.state == "paused":
+                self.fabric.resume(slot.identity.peer_id)
+                slot.state = "up"
+                self.fault("resume", slot.name)
+        elif step.action == "clock":
+            slot = self.slots[step.members[0]]
+            if slot.clock_ms != step.value:
+                slot.clock_ms = step.value
+                self.fault("clock", f"{slot.name} {step.value:+d} ms")
+        elif step.action == "disk":
+            slot = self.slots[step.members[0]]
+            if slot.store is not None and slot.state in ("up", "paused"):
+                slot.store.full = bool(step.value)  # type: ignore[attr-defined]
+                self.fault("disk", f"{slot.name} {'full' if step.value else 'free'}")
 
     async def _watch(self) -> None:
         """Sample digests; end when every live member agrees on a complete plan after the
-        faults, or when the settle bound has passed."""
+        faults and holds the same events with none held back, or when the settle bound has passed."""
         self.nursery.start_soon(self._late_starts)
         deadline = self.plan.window_s + self.config.settle_s
         while self.now() < deadline:
@@ -328,11 +425,15 @@ class _World:
                         self.fault("start", f"{slot.name} (after completion)")
                         slot.record.started_at = self.now()
                         await slot.start()
-            if self.now() < self.plan.window_s or any(s.state in ("pending", "down") for s in self.slots.values()):
+            if self.now() < self.plan.window_s or any(s.state in ("pending", "down", "paused")
+                                                      for s in self.slots.values()):
                 continue
             up = [s for s in self.slots.values() if s.state == "up"]  # late starters included
-            digests = {s.member.tree.digest for s in up}  # type: ignore[union-attr]
-            if len(digests) == 1 and all(s.member.tree.complete for s in up):  # type: ignore[union-attr]
+            members = [s.member for s in up if s.member is not None]
+            digests = {m.tree.digest for m in members}
+            quiet = (len({frozenset(e.id for e in m.index.events()) for m in members}) == 1
+                     and not any(m.intake.held for m in members))  # same events, none still held
+            if len(digests) == 1 and quiet and all(m.tree.complete for m in members):
                 self.history.converged_at = round(self.now(), 3)
                 break
         self.history.ended_at = round(self.now(), 3)

@@ -96,3 +96,21 @@ def test_a_member_that_shows_a_value_before_its_quorum_is_caught(monkeypatch) ->
     found = _first_violation(SimConfig(seed=0, faults=frozenset({"delay", "slow"})))
     assert found is not None, f"no violation in {BUDGET} seeds"
     assert found[1] in ("no_revocation", "quorum_safety"), found
+
+
+def test_a_store_that_acknowledges_before_its_commit_is_durable_is_caught(monkeypatch) -> None:
+    """Below synchronous=FULL a commit returns before it is on the disk; a crash that loses the
+    page cache then loses events the member already acted on (and it may sign their seqs again)."""
+    from agents.store import sqlite as store_module
+
+    honest = store_module.EventStore.open.__func__
+
+    def lazy(cls, data_dir):
+        store = honest(cls, data_dir)
+        store._db.execute("PRAGMA synchronous=NORMAL")
+        return store
+
+    monkeypatch.setattr(store_module.EventStore, "open", classmethod(lazy))
+    found = _first_violation(SimConfig(seed=0, faults=frozenset({"lostwrite"})))
+    assert found is not None, f"no violation in {BUDGET} seeds"
+    assert found[1] in ("durability", "honest_feeds", "no_revocation", "event_sets"), found
