@@ -47,6 +47,8 @@ from agents.syncproto import SyncProtocolError, SyncRefused, pull, serve_pull
 log = structlog.get_logger("swarm.member")
 
 SYNC_INTERVAL = 3.0
+PULL_DEADLINE = 10.0  # a whole pull from one peer; past it the stream is dropped
+MUTE_WARNING_S = 30.0  # how often a member that cannot sign yet says why
 ACT_INTERVAL = 0.25
 RENEW_SPACING_FRACTION = 0.25  # at most one renewal per quarter lease
 
@@ -93,6 +95,7 @@ class MemberStats:
     received: int = 0
     refused: int = 0  # events refused, each counted once (by rule in ``Intake.refused``)
     sync_refused: int = 0  # sync conversations refused: the peer holds no valid ticket
+    sync_timeouts: int = 0  # pulls abandoned at their deadline (a stalled or hostile peer)
     held: int = 0
     synced_in: int = 0
     published: int = 0
@@ -290,7 +293,11 @@ class Member:
 
     async def _serve(self, stream: PeerStream) -> None:
         try:
-            await serve_pull(stream, self.index, self.credentials)
+            with trio.fail_after(PULL_DEADLINE):  # a puller that stalls holds nothing for long
+                await serve_pull(stream, self.index, self.credentials)
+        except trio.TooSlowError:
+            self.stats.sync_timeouts += 1
+            self._log.warning("sync serve timed out", peer=stream.peer[-8:], deadline_s=PULL_DEADLINE)
         except SyncRefused as exc:
             self.stats.sync_refused += 1
             self._log.warning("sync refused", peer=stream.peer[-8:], reason=str(exc)[:200])
@@ -305,8 +312,13 @@ class Member:
             self._log.debug("sync open failed", peer=peer[-8:], reason=str(exc)[:200])
             return 0
         try:
-            raws, _ = await pull(stream, self.index, self.credentials,
-                                 known=lambda event_id: self.intake.knows(event_id))
+            with trio.fail_after(PULL_DEADLINE):  # a peer that stalls costs only its own pull
+                raws, _ = await pull(stream, self.index, self.credentials,
+                                     known=lambda event_id: self.intake.knows(event_id))
+        except trio.TooSlowError:
+            self.stats.sync_timeouts += 1
+            self._log.warning("sync pull timed out", peer=peer[-8:], deadline_s=PULL_DEADLINE)
+            return 0
         except SyncRefused as exc:
             self.stats.sync_refused += 1
             self._log.warning("sync refused", peer=peer[-8:], reason=str(exc)[:200])
@@ -367,10 +379,16 @@ class Member:
         os.replace(tmp, self._head_path)
 
     async def sync_all(self) -> int:
-        total = 0
-        for peer in self.network.connected_peers():
-            total += await self.pull_from(peer)
-        return total
+        """Pull from every connected peer at once; a slow or stalled peer delays nobody else."""
+        counts: list[int] = []
+
+        async def one(peer: str) -> None:
+            counts.append(await self.pull_from(peer))
+
+        async with trio.open_nursery() as nursery:
+            for peer in self.network.connected_peers():
+                nursery.start_soon(one, peer)
+        return sum(counts)
 
     async def _connection_loop(self, nursery: trio.Nursery) -> None:
         async for peer in self.network.connections:
@@ -390,9 +408,22 @@ class Member:
             if due:
                 self._admit(due, "held")
 
+    @property
+    def mute(self) -> bool:
+        """True while it must not sign: its store lost own events no peer has given back yet."""
+        return self.author is not None and not self.author_ready.is_set()
+
     async def _act_loop(self, nursery: trio.Nursery) -> None:
         policy = POLICIES[self.role]
-        await self.author_ready.wait()
+        while not self.author_ready.is_set():
+            with trio.move_on_after(MUTE_WARNING_S):
+                await self.author_ready.wait()
+            if self._must_learn is not None and not self.author_ready.is_set():
+                self._log.warning(
+                    "cannot sign yet: own events up to this seq are missing from the store and no peer has "
+                    "returned them; signing now would fork this member's feed. If no peer ever holds them, "
+                    "re-admit this member under a new key (swarm admit CLUSTER_DIR --role ROLE --data-dir NEW_DIR)",
+                    head_seq=self._must_learn[0], stored_seq=self.author.seq if self.author else 0)
         while True:
             self.changed = trio.Event()
             if not await self._act_once(policy, nursery):

@@ -63,6 +63,11 @@ class MemberHistory:
     restarts: list[Restart] = field(default_factory=list)
     shown: list[Shown] = field(default_factory=list)  # every change of what it showed, in order
     model_calls: int = 0
+    refused: dict[str, int] = field(default_factory=dict)  # events refused, by rule, each once
+    held: int = 0  # events held back (ahead of its clock) at the end
+    sync_refused: int = 0  # sync conversations refused (no valid ticket)
+    sync_timeouts: int = 0  # pulls and serves dropped at their deadline
+    mute: bool = False  # it could not sign at the end: own events lost that no peer returned
     _folded: tuple[int, PlanTree] | None = field(default=None, repr=False, compare=False)
 
     def tree(self) -> PlanTree:
@@ -85,6 +90,8 @@ class History:
     converged_at: float | None = None  # first time all live members agreed on a complete plan
     ended_at: float = 0.0
     convergence_bound_s: float = 120.0
+    hostile: tuple[str, ...] = ()  # what the hostile peer did, if one ran
+    admitted: set[str] | None = None  # every peer the cluster's authority admitted (hostile ones too)
 
     def fault(self, at: float, kind: str, detail: str = "") -> None:
         self.faults.append(Fault(round(at, 3), kind, detail))

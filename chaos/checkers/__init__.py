@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 
 from chaos.checkers.convergence import convergence, durability, late_join
 from chaos.checkers.finality import no_revocation
+from chaos.checkers.hostility import hostile_refused
 from chaos.checkers.integrity import event_sets, honest_feeds, observer_truth, wasted_work
 from chaos.checkers.liveness import liveness
 from chaos.checkers.safety import claim_safety, quorum_safety, reference_agreement
@@ -30,6 +31,7 @@ CHECKERS: dict[str, Callable[[History], Verdict]] = {
     "event_sets": event_sets,
     "honest_feeds": honest_feeds,
     "wasted_work": wasted_work,
+    "hostile_refused": hostile_refused,
     "liveness": liveness,
     "late_join": late_join,
     "durability": durability,

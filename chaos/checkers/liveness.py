@@ -15,10 +15,12 @@ def _needed(quorum: int) -> dict[str, int]:
 
 def liveness(history: History) -> Verdict:
     """The plan completes whenever the faults leave a quorum of the roster's scorers, a
-    decomposer and an executor alive and connected; when they don't, the run is reported
-    as a stall with its length, not as an error. No other excuse: two surviving scorers
-    who disagree, or drafts nobody likes, must not stall a node (the rounds' fallback)."""
-    live = [m for m in history.live() if m.role != "observer"]
+    decomposer and an executor alive, connected and able to sign; when they don't, the run
+    is reported as a stall with its length, not as an error. A member that lost own events
+    nobody else held cannot sign without forking and counts as lost. No other excuse: two
+    surviving scorers who disagree, or drafts nobody likes, must not stall a node."""
+    live = [m for m in history.live() if m.role != "observer" and not m.mute]
+    mute = sorted(m.name for m in history.live() if m.mute)
     done = [m for m in history.live() if m.complete]
     if history.live() and len(done) == len(history.live()):
         last = max(m.completed_at or 0.0 for m in done)
@@ -30,6 +32,9 @@ def liveness(history: History) -> Verdict:
     stalled_for = history.ended_at - history.last_fault_at
     if short or not goal_held:
         why = ", ".join(short) if short else "no live member holds the goal"
+        if mute:
+            why += (f"; {', '.join(mute)} cannot sign: their stores lost own events that no peer held, and "
+                    "signing again would fork them")
         return Verdict("liveness", "stall",
                        f"incomplete after {stalled_for:.1f}s without faults, but too few survived ({why})")
     incomplete = sorted(m.name for m in history.live() if not m.complete)

@@ -123,7 +123,8 @@ def claim_safety(history: History) -> Verdict:
     problem = _shown_against_truth(history, "result", {n.id: n.result for n in union.nodes.values()})
     if problem:
         return Verdict("claim_safety", "fail", problem)
-    ungranted = union.ungranted_results()
+    honest = {m.peer for m in history.members.values()}
+    ungranted = [u for u in union.ungranted_results() if u[0].author in honest]  # a hostile peer may lie
     if ungranted:
         result, acks, quorum = ungranted[0]
         return Verdict("claim_safety", "fail",

@@ -177,6 +177,10 @@ def draw_plan(rng: random.Random, members: list[str], kinds: frozenset[str], win
                     steps.append(Step(round(t, 3), "clock", members=(name,), value=sign * amplitude))
                     t, sign = t + period, -sign
             steps.append(Step(window_s, "clock", members=(name,), value=0))  # the clock settles
+    if "hostile" in kinds:
+        from chaos.sim.hostile import draw_behaviours
+
+        steps.append(Step(round(rng.uniform(1, window_s * 0.6), 3), "hostile", flag=",".join(draw_behaviours(rng))))
     if "diskfull" in kinds:
         for name in rng.sample(candidates, k=rng.randint(1, 2)):
             start = rng.uniform(0, window_s * 0.8)

@@ -45,7 +45,7 @@ class SeedOutcome:
 
 def quiet_logs() -> None:
     """Members log through structlog; thousands of simulated runs only want errors."""
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
 
 
 def judge(config: SimConfig, keep_trace: bool = False) -> SeedOutcome:

@@ -254,6 +254,8 @@ class _World:
         self.slots: dict[str, _Slot] = {}
         self._names: dict[str, str] = {}  # peer id suffix -> member name
         self.authority = identity_for(config.seed, "authority", 0)
+        self.admitted: set[str] = set()
+        self.history.admitted = self.admitted
         self.nursery: trio.Nursery
         self.fabric: SimFabric
 
@@ -262,6 +264,7 @@ class _World:
 
     def credentials(self, identity, role: str) -> Credentials:
         """The cluster's authority admits every member of the run (and the client)."""
+        self.admitted.add(identity.peer_id)
         return Credentials(identity, issue(self.authority, self.cluster, identity.peer_id, role),
                            Gate(self.cluster, self.authority.peer_id))
 
@@ -298,6 +301,11 @@ class _World:
                 slot.record.digest = slot.member.tree.digest
                 slot.record.complete = slot.member.tree.complete
                 slot.record.model_calls = slot.model_calls + slot.member.stats.model_calls
+                slot.record.refused = dict(slot.member.intake.refused)
+                slot.record.held = slot.member.intake.held
+                slot.record.sync_refused = slot.member.stats.sync_refused
+                slot.record.sync_timeouts = slot.member.stats.sync_timeouts
+                slot.record.mute = slot.member.mute
             self.history.members[slot.name] = slot.record
 
     async def _submit_goal(self) -> None:
@@ -398,11 +406,30 @@ class _World:
             if slot.clock_ms != step.value:
                 slot.clock_ms = step.value
                 self.fault("clock", f"{slot.name} {step.value:+d} ms")
+        elif step.action == "hostile":
+            from chaos.sim.hostile import Hostile
+
+            behaviours = tuple(step.flag.split(","))
+            self.history.hostile = behaviours
+            self.fault("hostile", step.flag)
+            hostile = Hostile(self.fabric, self.cluster, self.authority, self.config.seed, behaviours,
+                              now_ms=lambda: EPOCH_MS + int(trio.current_time() * 1000), tree=self._some_tree,
+                              say=lambda line: self.say("hostile", line), admitted=self.admitted)
+            self.nursery.start_soon(hostile.run)
         elif step.action == "disk":
             slot = self.slots[step.members[0]]
             if slot.store is not None and slot.state in ("up", "paused"):
                 slot.store.full = bool(step.value)  # type: ignore[attr-defined]
                 self.fault("disk", f"{slot.name} {'full' if step.value else 'free'}")
+
+    def _some_tree(self):
+        """The plan as an honest member that is up sees it (the hostile peer reads it to aim)."""
+        for slot in self.slots.values():
+            if slot.state == "up" and slot.member is not None:
+                return slot.member.tree
+        from agents.core.fold import fold
+
+        return fold([])
 
     async def _watch(self) -> None:
         """Sample digests; end when every live member agrees on a complete plan after the
