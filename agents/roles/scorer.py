@@ -38,6 +38,7 @@ from agents.core.tree import Goal, Node, PlanTree, PromiseView
 from agents.roles.intents import Ack, Ballot, Candidate, Intent, Me, Promise, Vote
 
 FALLBACK_ROUND = 3
+MAX_EPOCH_STEP = 4  # a claim more epochs ahead of the holder's is not acked (nobody could follow it)
 
 
 def decide(tree: PlanTree, me: Me, now_ms: int) -> list[Intent]:
@@ -192,7 +193,8 @@ def _acks(tree: PlanTree, goal: Goal, leaf: Node, me: Me, now_ms: int) -> list[I
             if c.epoch == acked > (holder.epoch if holder is not None else 0) and not c.granted]
     if any(now_ms - c.at.ms < goal.claim_lease_ms for c in mine):
         return []  # the claim we acked may still be granted
-    pending = [c for c in tree.claims_on(leaf.id) if c.epoch > floor and not c.granted]
+    ceiling = (holder.epoch if holder is not None else 0) + MAX_EPOCH_STEP
+    pending = [c for c in tree.claims_on(leaf.id) if floor < c.epoch <= ceiling and not c.granted]
     if not pending:
         return []
     first = min(pending, key=lambda c: (c.epoch, c.at, c.id))

@@ -114,3 +114,13 @@ def test_a_store_that_acknowledges_before_its_commit_is_durable_is_caught(monkey
     found = _first_violation(SimConfig(seed=0, faults=frozenset({"lostwrite"})))
     assert found is not None, f"no violation in {BUDGET} seeds"
     assert found[1] in ("durability", "honest_feeds", "no_revocation", "event_sets"), found
+
+
+def test_a_gate_that_admits_anyone_is_caught(monkeypatch) -> None:
+    """Tickets not checked: the hostile peer's sybil keys get their events stored (and counted)."""
+    from agents.core.admission import Gate
+
+    monkeypatch.setattr(Gate, "admits", lambda self, peer, role, sig: True)
+    found = _first_violation(SimConfig(seed=0, faults=frozenset({"hostile"})))
+    assert found is not None, f"no violation in {BUDGET} seeds"
+    assert found[1] == "hostile_refused", found
