@@ -152,16 +152,7 @@ class Member:
             self.clock.restore(event.ts)
         self._head_path = feed_head_path
         self._must_learn = _read_head(feed_head_path)
-        own = store.events_by(identity.peer_id)
         self.author_ready = trio.Event()
-        if self.author is not None:
-            self.author.resume(own)
-            if own and (self._must_learn is None or self._holds_own(self._must_learn)):
-                self._must_learn = None
-                self.author_ready.set()
-            elif self._must_learn is not None:
-                self._log.warning("store is behind this member's own feed; learning it from peers first",
-                                  stored_seq=self.author.seq, head_seq=self._must_learn[0])
         self._on_transition = on_transition
         self._transitions_file = open(transitions_path, "a", encoding="utf-8") if transitions_path else None  # noqa: SIM115 (closed in close())
         self._now_ms = now_ms
@@ -169,6 +160,15 @@ class Member:
         self.tree: PlanTree = fold(self.index.events())
         for change in changes(None, self.tree):
             self._show(change)
+        if self.author is not None:
+            own = store.events_by(identity.peer_id)
+            self.author.resume(own)
+            if own and (self._must_learn is None or self._holds_own(self._must_learn)):
+                self._must_learn = None
+                self.author_ready.set()
+            elif self._must_learn is not None:
+                self._log.warning("store is behind this member's own feed; learning it from peers first",
+                                  stored_seq=self.author.seq, head_seq=self._must_learn[0])
         self.changed = trio.Event()
         self.sync_now = trio.Event()
         self._model_busy = False
@@ -199,6 +199,13 @@ class Member:
 
     def receive(self, raw: bytes, via: str = "gossip") -> None:
         self._take(self.intake.offer(raw), via)
+
+    def screen(self, raw: bytes) -> bool:
+        """The gossip topic's validator: refused bytes are counted (and logged) and not relayed."""
+        refusal = self.intake.screen(raw)
+        if refusal is not None:
+            self._take(refusal, "gossip")
+        return refusal is None
 
     def _take(self, answer, via: str) -> Event | None:
         """Count and log an intake answer; returns the event when it is admitted."""
@@ -264,6 +271,13 @@ class Member:
             self.author.unsign(event)  # never stored, never sent: the seq is free again
             raise
         self._record_head(event)
+        if self.tree.heads.get(self.author.peer_id) != (event.seq, event.id):
+            # our own event did not enter our feed (a hole before it): stop signing rather than
+            # sign on and on what our own tree never shows; wait for the hole to be filled
+            self._must_learn = (event.seq, event.id)
+            self.author_ready = trio.Event()
+            self._log.error("own event is not in own feed (a hole before it); signing stops until it is filled",
+                            seq=event.seq, event_id=event.id[:12])
         self.stats.published += 1
         self._log.info("published", kind=event.kind, event_id=event.id[:12], hlc=str(event.ts))
         if self._trace:
@@ -350,8 +364,10 @@ class Member:
         return added
 
     def _holds_own(self, head: tuple[int, str]) -> bool:
-        event = self.index.get(head[1])
-        return event is not None and event.seq == head[0]
+        """Our whole feed up to ``head`` is in the fold: the head event, and no hole before it."""
+        assert self.author is not None
+        ours = self.tree.heads.get(self.author.peer_id)
+        return head[1] in self.index and ours is not None and ours[0] >= head[0]
 
     def _learned_own_feed(self) -> None:
         """After a completed pull: whatever a peer held of our own feed is ours now. Ready to

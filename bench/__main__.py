@@ -1,5 +1,6 @@
 """``make bench``: fold throughput, the time to replay a 100k-event log, simulated seeds/min
-(``bench.sim``) and the networked swarm (``bench.swarm``).
+(``bench.sim``), the price of final decisions (``bench.finality``), the networked swarm
+(``bench.swarm``) and the container lab (``bench.lab``).
 
 Baseline: ``json.loads`` over the same lines, measured in the same run, so the
 ratios mean something on a noisy machine. Every figure is the median of
@@ -37,13 +38,17 @@ def median_seconds(action: Callable[[], object], repeats: int = REPEATS) -> floa
 
 
 def main() -> None:
-    which = sys.argv[1:] or ["core", "sim", "swarm", "lab"]
+    which = sys.argv[1:] or ["core", "sim", "finality", "swarm", "lab"]
     if "core" in which:
         core()
     if "sim" in which:
         from bench import sim
 
         sim.main()
+    if "finality" in which:
+        from bench import finality
+
+        finality.main()
     if "swarm" in which:
         from bench import swarm
 

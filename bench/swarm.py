@@ -24,20 +24,22 @@ from pathlib import Path
 import trio
 
 from agents.cli.plan import Proc, free_port, start_agent, stop, swarm_command
+from agents.clusterdir import ClusterDir, credentials
 from agents.core.events import GoalBody
-from agents.core.identity import Identity
 from agents.keyfile import load_or_create
 from agents.member import Member
 from agents.net.p2p import Libp2pNetwork
 from agents.store import EventStore
-from bench.synthetic import plan_log
+from bench.synthetic import AUTHORITY, CLUSTER, plan_log
 
 
 def _observers(root: Path, count: int, cluster: str) -> list[Proc]:
+    admin = ClusterDir.init(root / "admin", cluster)
     procs = []
     for i in range(count):
         data_dir = root / f"observer-{i}"
-        procs.append(Proc(f"observer-{i}", data_dir, free_port(), load_or_create(data_dir).peer_id))
+        procs.append(Proc(f"observer-{i}", data_dir, free_port(), admin.admit_dir(data_dir, "observer").peer))
+    admin.admit_dir(root / "publisher", "client")
     for proc in procs:
         start_agent_debug(proc, procs, cluster)
     deadline = time.monotonic() + 60
@@ -59,19 +61,21 @@ def start_agent_debug(proc: Proc, peers: list[Proc], cluster: str) -> None:
 
 
 async def _publish(procs: list[Proc], cluster: str, count: int, rate: float, root: Path) -> dict[str, float]:
-    identity = Identity.generate()
-    network = Libp2pNetwork(identity, cluster, ["/ip4/127.0.0.1/tcp/0"], [p.address for p in procs], mdns=False)
+    creds = credentials(root / "publisher", load_or_create(root / "publisher"), "client")
+    network = Libp2pNetwork(creds.identity, cluster, ["/ip4/127.0.0.1/tcp/0"], [p.address for p in procs], mdns=False)
+    roster = (creds.identity.peer_id,)  # a roster is required; nobody votes on these probes
     sent: dict[str, float] = {}
     with EventStore.open(root / "publisher") as store:
         async with trio.open_nursery() as nursery:
             await nursery.start(network.run)
-            member = Member(identity, "client", store, network, cluster)
+            member = Member(creds, store, network)
             await nursery.start(member.run)
             while len(network.connected_peers()) < len(procs):
                 await trio.sleep(0.1)
             await trio.sleep(3)  # let the gossip mesh form (heartbeat 1 s) before measuring
             for i in range(count):
-                event = await member.publish(GoalBody(text=f"probe {i}", quorum=1, max_depth=1, claim_lease_ms=1000))
+                event = await member.publish(GoalBody(text=f"probe {i}", scorers=roster, quorum=1, max_depth=1,
+                                                      claim_lease_ms=1000, hold_limit_ms=1000, round_ms=1000))
                 sent[event.id] = time.time()
                 await trio.sleep(1 / rate)
             await trio.sleep(5)
@@ -118,13 +122,19 @@ def catch_up(events: int) -> float:
                 if len(batch) == events:
                     break
             store.add_many(batch)
+        # the log's own cluster and authority admit the holder and the late joiner
+        from agents.clusterdir import write_ticket
+        from agents.core.admission import issue
+
+        for name in ("holder", "late"):
+            write_ticket(root / name, issue(AUTHORITY, CLUSTER, load_or_create(root / name).peer_id, "observer"))
         holder = Proc("holder", data_dir, free_port(), load_or_create(data_dir).peer_id)
-        start_agent(holder, "observer", [holder], cluster="bench-catchup")
+        start_agent(holder, "observer", [holder], cluster=CLUSTER)
         while not (data_dir / "addrs").exists():
             time.sleep(0.1)
         try:
             start = time.perf_counter()
-            run = subprocess.run([*swarm_command(), "observe", "--timeout", "600", "--cluster", "bench-catchup",
+            run = subprocess.run([*swarm_command(), "observe", "--timeout", "600", "--cluster", CLUSTER,
                                   "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0", "--bootstrap", holder.address,
                                   "--data-dir", str(root / "late")], capture_output=True, text=True)
             elapsed = time.perf_counter() - start
@@ -148,7 +158,7 @@ def democracy(latency: float = 0.5) -> tuple[float, float, int, int]:
         plan = json.loads((Path(tmp) / "plan.json").read_text())
     splits = sum(1 for n in plan["nodes"] if n["split"])
     leaves = sum(1 for n in plan["nodes"] if n["leaf"])
-    needed = splits * (1 + plan["quorum"]) + leaves  # one proposal, quorum votes per split; one run per leaf
+    needed = splits * (1 + plan["quorum"]) + leaves  # one proposal, quorum assessments per split; one run per leaf
     made = len(plan["proposals"]) + sum(len(p["approvals"]) + len(p["rejections"]) for p in plan["proposals"]) \
         + leaves + plan["duplicate_results"]
     return wall, needed * latency, needed, made

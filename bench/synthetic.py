@@ -1,8 +1,11 @@
 """A large, valid event log, generated directly (no model, no per-tick folds).
 
 Each goal is split by one decomposer into ``branch`` subgoals per node down to
-``depth``; two scorers approve every split; executors claim and finish every
-leaf. Timestamps increase with every event, so every feed is a clean chain.
+``depth``; two scorers (the roster, quorum 2) accept every split in round 1 (a
+candidate by the round's coordinator and two ballots); executors claim every
+leaf (two acks grant it) and finish it (a candidate and two ballots accept the
+result). Every author is admitted by one bench authority. Timestamps increase
+with every event, so every feed is a clean chain.
 """
 
 from __future__ import annotations
@@ -10,9 +13,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 
+from agents.core.admission import issue
 from agents.core.author import Author
 from agents.core.clock import HybridClock
 from agents.core.events import (
+    AckBody,
+    BallotBody,
+    CandidateBody,
     ClaimBody,
     Event,
     GoalBody,
@@ -20,31 +27,43 @@ from agents.core.events import (
     ResultBody,
     Role,
     Subgoal,
-    VoteBody,
 )
 from agents.core.fold import child_node_id
 from agents.core.identity import Identity
 
+CLUSTER = "bench"
+AUTHORITY = Identity(hashlib.sha256(b"bench/authority").digest())
+
 
 def _author(name: str, role: Role, clock: list[int]) -> Author:
-    return Author(Identity(hashlib.sha256(name.encode()).digest()), role, HybridClock(lambda: clock[0]))
+    identity = Identity(hashlib.sha256(name.encode()).digest())
+    return Author(identity, role, HybridClock(lambda: clock[0]), issue(AUTHORITY, CLUSTER, identity.peer_id, role).sig)
 
 
 def plan_log(goals: int, branch: int = 6, depth: int = 5, executors: int = 4) -> Iterator[Event]:
-    """Yield the events of ``goals`` fully executed plans (about 20k events each at 6 x 5)."""
+    """Yield the events of ``goals`` fully executed plans (about 55k events each at 6 x 5)."""
     clock = [1_767_225_600_000]
 
     def sign(author: Author, body: object) -> Event:
         clock[0] += 1
-        return author.sign(body)
+        return author.sign(body)  # type: ignore[arg-type]
 
     decomposer = _author("bench/decomposer", "decomposer", clock)
-    scorers = [_author(f"bench/scorer{i}", "scorer", clock) for i in range(2)]
+    scorers = sorted((_author(f"bench/scorer{i}", "scorer", clock) for i in range(2)), key=lambda a: a.peer_id)
+    roster = tuple(s.peer_id for s in scorers)
     workers = [_author(f"bench/executor{i}", "executor", clock) for i in range(executors)]
+
+    def decide(node: str, value: str) -> Iterator[Event]:
+        coordinator = scorers[(int(node[:8], 16)) % len(scorers)]  # round 1's coordinator
+        candidate = sign(coordinator, CandidateBody(node=node, round=1, value=value))
+        yield candidate
+        for scorer in scorers:
+            yield sign(scorer, BallotBody(node=node, round=1, candidate=candidate.id, approve=True))
+
     for g in range(goals):
         client = _author(f"bench/client{g}", "client", clock)
-        goal = sign(client, GoalBody(text=f"benchmark goal {g}", quorum=2, max_depth=depth,
-                                     claim_lease_ms=600_000))
+        goal = sign(client, GoalBody(text=f"benchmark goal {g}", scorers=roster, quorum=2, max_depth=depth,
+                                     claim_lease_ms=600_000, hold_limit_ms=2_400_000, round_ms=30_000))
         yield goal
         level = [goal.id]
         for d in range(depth):
@@ -54,13 +73,15 @@ def plan_log(goals: int, branch: int = 6, depth: int = 5, executors: int = 4) ->
                                  for i in range(branch))
                 proposal = sign(decomposer, ProposalBody(node=node, strategy="bench", subgoals=subgoals))
                 yield proposal
-                for scorer in scorers:
-                    yield sign(scorer, VoteBody(proposal=proposal.id, clarity=4, non_overlap=4,
-                                                coverage=4, approve=True))
+                yield from decide(node, proposal.id)
                 next_level.extend(child_node_id(proposal.id, i) for i in range(branch))
             level = next_level
         for i, leaf in enumerate(level):
             worker = workers[i % executors]
-            claim = sign(worker, ClaimBody(leaf=leaf))
+            claim = sign(worker, ClaimBody(leaf=leaf, epoch=1))
             yield claim
-            yield sign(worker, ResultBody(leaf=leaf, claim=claim.id, output=f"result {i}"))
+            for scorer in scorers:
+                yield sign(scorer, AckBody(leaf=leaf, claim=claim.id, epoch=1))
+            result = sign(worker, ResultBody(leaf=leaf, claim=claim.id, output=f"result {i}"))
+            yield result
+            yield from decide(leaf, result.id)

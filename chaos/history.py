@@ -91,6 +91,9 @@ class History:
     ended_at: float = 0.0
     convergence_bound_s: float = 120.0
     hostile: tuple[str, ...] = ()  # what the hostile peer did, if one ran
+    # how far a member's logged times may trail what the recorder saw (the lab samples stores once a
+    # second, from the host, while members log by their own clocks; the simulation is exact)
+    clock_slack_s: float = 0.0
     admitted: set[str] | None = None  # every peer the cluster's authority admitted (hostile ones too)
 
     def fault(self, at: float, kind: str, detail: str = "") -> None:

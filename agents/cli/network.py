@@ -74,7 +74,7 @@ def _open(data_dir: Path, role: str | None, args: argparse.Namespace) -> tuple[C
 def _member(creds: Credentials, store: EventStore, network, data_dir: Path, **kwargs) -> Member:
     member = Member(creds, store, network, transitions_path=data_dir / "transitions.jsonl",
                      feed_head_path=data_dir / "feed.head", **kwargs)
-    network.validator = member.intake.screen
+    network.validator = member.screen
     return member
 
 

@@ -102,24 +102,24 @@ class Intake:
                 self._remember(self._later, event_id, later_ms)
         return Refused(rule, reason, first)
 
-    def screen(self, raw: bytes) -> bool:
-        """The gossip validator: may these bytes be relayed? Decodes, verifies and checks the
-        ticket (counting a refusal by rule, once per event); does not touch the clock. The
-        decoded event is kept briefly, so ``offer`` of the same bytes does not verify again."""
+    def screen(self, raw: bytes) -> Refused | None:
+        """The gossip validator: None when these bytes may be relayed, else the refusal
+        (counted by rule, once per event). Decodes, verifies and checks the ticket; does not
+        touch the clock. The decoded event is kept briefly, so ``offer`` of the same bytes
+        does not verify again."""
         try:
             event = decode_event(raw)
         except EventRefused as exc:
-            self._refuse(exc.rule, str(exc), None)
-            return False
+            return self._refuse(exc.rule, str(exc), None)
         if event.id in self._bad:
-            return False
+            return Refused(self._bad[event.id], f"event {event.id[:16]} was refused before", False)
         if self.gate is not None and not self.gate.admits(event.author, event.role, event.ticket):
-            self._refuse("ticket", f"event {event.id[:16]} refused (ticket)", event.id)
-            return False
+            return self._refuse("ticket", f"event {event.id[:16]} refused (ticket): its author {event.author[-8:]} "
+                                f"holds no ticket of this cluster as {event.role}", event.id)
         self._screened[hashlib.sha256(raw).digest()] = event
         while len(self._screened) > 1024:
             self._screened.popitem(last=False)
-        return True
+        return None
 
     def offer(self, raw: bytes) -> Admission:
         event = self._screened.pop(hashlib.sha256(raw).digest(), None)

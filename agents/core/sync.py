@@ -138,7 +138,10 @@ class EventIndex:
             if other is not None and other.ids_digest == ours[author].ids_digest:
                 continue
             held = self._by_id.get(other.prefix_id) if other and other.prefix_id else None
-            shared = held is not None and held.author == author and other is not None and held.seq == other.prefix_seq
+            # their chain head is ours too, and our own copy has no fork up to it (a sibling
+            # branch below their head must travel, or they would never see the fork)
+            shared = (held is not None and held.author == author and other is not None
+                      and held.seq == other.prefix_seq and ours[author].prefix_seq >= other.prefix_seq)
             after = held.seq if shared and held is not None else 0
             mine = sorted(self._by_author[author].values(), key=lambda e: (e.seq, e.id))
             offered[author] = AuthorOffer(after, tuple(e.id for e in mine if e.seq > after))

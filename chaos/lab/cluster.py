@@ -11,6 +11,7 @@ whatever an interrupted run left behind.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,9 +213,39 @@ class LabCluster:
             raise LabError(f"swarm submit failed (exit {result.get('StatusCode')}): {errors[-2000:]}")
         return output.strip()
 
+    def hostile(self, seconds: float) -> None:
+        """Start the hostile peer (``chaos.lab.hostile_peer``, never admitted) in a container of
+        its own on the lab network, aimed at every running member, for ``seconds``."""
+        bootstrap = []
+        for name in self.running():
+            addrs = self.members[name].data_dir / "addrs"
+            if addrs.exists():
+                bootstrap += ["--bootstrap", addrs.read_text().split()[0]]
+        self.hostile_container = self.docker.containers.run(
+            self.image, ["-m", "chaos.lab.hostile_peer", "--cluster", self.cluster, "--seconds", str(seconds),
+                         *bootstrap],
+            entrypoint=["/opt/swarm/bin/python"], name=f"swarm-lab-{self.run_id}-hostile",
+            labels={LABEL: self.run_id}, network=self.network.name, detach=True,
+        )
+
+    def hostile_report(self) -> str:
+        container = getattr(self, "hostile_container", None)
+        if container is None:
+            return ""
+        try:
+            container.wait(timeout=90)
+            lines = container.logs(stdout=True, stderr=False).decode(errors="replace").strip().splitlines()
+            return lines[-1] if lines else ""
+        except Exception as exc:
+            return f"(no report: {exc})"
+
     # --- cleanup --------------------------------------------------------------
 
     def close(self) -> None:
+        hostile = getattr(self, "hostile_container", None)
+        if hostile is not None:
+            with contextlib.suppress(docker.errors.DockerException):
+                hostile.remove(force=True)
         for member in self.members.values():
             try:
                 member.container.remove(force=True)  # type: ignore[union-attr]

@@ -8,6 +8,9 @@ are applied from the host inside each member's network namespace (``nsenter
   drops traffic to and from every member outside its group, both directions;
   heal flushes it. Rules die with the namespace, so a restarted member gets
   the current partition and loss applied again.
+* one-way partitions: the receivers' chain drops what the senders send them;
+  what receivers send still arrives (TCP, needing both ways, breaks anyway;
+  libp2p's liveness ping notices).
 * random loss: ``-m statistic --mode random --probability P -j DROP`` in the
   same chain (this kernel has no netem).
 * bandwidth: a ``tbf`` qdisc on the member's ``eth0``.
@@ -42,6 +45,7 @@ class Nemesis:
     loss: dict[str, float] = field(default_factory=dict)
     bandwidth: dict[str, str] = field(default_factory=dict)
     proxied: set[str] = field(default_factory=set)
+    one_way: tuple[list[str], list[str]] | None = None  # (senders, receivers)
 
     # --- plumbing -------------------------------------------------------------
 
@@ -70,6 +74,10 @@ class Nemesis:
                     ip = self.cluster.ip(other)
                     self._in_netns(name, "iptables", "-A", CHAIN, "-s", ip, "-j", "DROP")
                     self._in_netns(name, "iptables", "-A", CHAIN, "-d", ip, "-j", "DROP")
+        if self.one_way is not None and name in self.one_way[1]:
+            for sender in self.one_way[0]:
+                if sender in self.cluster.running():
+                    self._in_netns(name, "iptables", "-A", CHAIN, "-s", self.cluster.ip(sender), "-j", "DROP")
         if name in self.loss:
             self._in_netns(name, "iptables", "-A", CHAIN, "-m", "statistic", "--mode", "random",
                            "--probability", f"{self.loss[name]:.3f}", "-j", "DROP")
@@ -124,10 +132,23 @@ class Nemesis:
         self._apply_all()
         self.record("partition", " | ".join(",".join(g) for g in groups))
 
+    def oneway(self, senders: list[str], receivers: list[str]) -> None:
+        self.one_way = (list(senders), list(receivers))
+        self._apply_all()
+        self.record("oneway", f"{','.join(senders)} -> {','.join(receivers)} lost")
+
     def heal(self) -> None:
-        self.groups = []
+        self.groups, self.one_way = [], None
         self._apply_all()
         self.record("heal", "")
+
+    def wipe(self, name: str) -> None:
+        """Kill a member and delete its event store, keeping its key, ticket and feed head: it must
+        learn its own feed back from its peers before it signs anything again."""
+        self.cluster.kill(name)
+        for path in self.cluster.members[name].data_dir.glob("events.sqlite3*"):
+            path.unlink()
+        self.record("wipe", f"{name} (store deleted, key kept)")
 
     def set_loss(self, name: str, probability: float) -> None:
         if probability > 0:
@@ -209,7 +230,7 @@ class Nemesis:
 
     def clear_all(self) -> None:
         """End every network fault (the end of a scenario's fault window)."""
-        self.groups, self.loss = [], {}
+        self.groups, self.loss, self.one_way = [], {}, None
         for name in list(self.bandwidth):
             self.set_bandwidth(name, None)
         for name in self.proxied:

@@ -45,6 +45,14 @@ def read_events(data_dir: Path) -> list[Event]:
         return store.events()
 
 
+def read_refused(data_dir: Path) -> dict[str, int]:
+    """A member's refusals by rule, from the local counters beside its events."""
+    if not (data_dir / DB_NAME).exists():
+        return {}
+    with EventStore.open(data_dir) as store:
+        return {k.split(":", 1)[1]: v for k, v in store.counters().items() if k.startswith("refused:")}
+
+
 def read_shown(data_dir: Path, t0_wall_ms: float) -> list[Shown]:
     """A member's transition log (``DATA_DIR/transitions.jsonl``), in run time. Its clock may be
     skewed (faketime): times are the member's own, the order is what counts."""
@@ -119,12 +127,14 @@ class ScenarioRun:
             toxiproxy_binary=TOXIPROXY_BINARY if TOXIPROXY_BINARY.exists() else None,
         )
         self.history = History(scenario=scenario.name, seed=scenario.seed, shape=dict(scenario.shape),
-                               quorum=scenario.quorum, convergence_bound_s=scenario.complete_within_s)
+                               quorum=scenario.quorum, convergence_bound_s=scenario.complete_within_s,
+                               clock_slack_s=SAMPLE_S + 0.5)
         self.t0 = time.monotonic()
         self.t0_wall_ms = time.time() * 1000
         self.nemesis = Nemesis(self.cluster, self._fault)
         self.recorder = Recorder(self.cluster, self.history, self.now)
         self._held_before: dict[str, set[str]] = {}
+        self._wiped: set[str] = set()
         self._chosen_holder: str | None = None
 
     def now(self) -> float:
@@ -204,6 +214,16 @@ class ScenarioRun:
                 self._start(name)
         elif step.action == "partition":
             n.partition(target)
+        elif step.action == "oneway":
+            n.oneway(*target)
+        elif step.action == "hostile":
+            self.cluster.hostile(target)
+            self.history.hostile = ("sybil", "garbage", "sync-garbage", "stall")
+            self._fault("hostile", f"a never-admitted peer attacks for {target:.0f}s")
+        elif step.action == "wipe":
+            self._held_before[target] = {e.id for e in read_events(self.cluster.members[target].data_dir)}
+            n.wipe(target)
+            self._wiped.add(target)
         elif step.action == "heal":
             n.heal()
         elif step.action == "loss":
@@ -225,8 +245,10 @@ class ScenarioRun:
         if restarting and name in self._held_before:
             after = {e.id for e in read_events(member.data_dir)}
             before = self._held_before.pop(name)
+            wiped = name in self._wiped
+            self._wiped.discard(name)
             self.history.members[name].restarts.append(
-                Restart(round(self.now(), 3), len(before), tuple(sorted(before - after))))
+                Restart(round(self.now(), 3), len(before), tuple(sorted(before - after)), "wipe" if wiped else ""))
         elif not restarting:
             self.history.members[name].started_at = round(self.now(), 3)
 
@@ -260,6 +282,11 @@ class ScenarioRun:
 
     def _finish(self) -> None:
         self.history.ended_at = round(self.now(), 3)
+        self.history.admitted = {m.peer_id for m in self.cluster.members.values()} | set(
+            m["peer"] for m in self.cluster.admin.members())
+        report = self.cluster.hostile_report()
+        if report:
+            self._fault("hostile-report", report[:200])
         logs = self.report_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         for name, member in self.cluster.members.items():
@@ -270,6 +297,7 @@ class ScenarioRun:
                 continue
             record.events = read_events(member.data_dir)
             record.shown = read_shown(member.data_dir, self.t0_wall_ms)
+            record.refused = read_refused(member.data_dir)
             tree = fold(record.events)
             record.digest, record.complete = tree.digest, tree.complete
             try:
@@ -299,7 +327,8 @@ def write_reports(report_dir: Path, scenario: Scenario, history: History, verdic
         "ended_at": history.ended_at,
         "members": {n: {"peer": m.peer, "alive": m.alive, "late": m.late, "digest": m.digest,
                         "complete": m.complete, "completed_at": m.completed_at, "events": len(m.events),
-                        "restarts": len(m.restarts), "shown": len(m.shown)} for n, m in history.members.items()},
+                        "restarts": len(m.restarts), "shown": len(m.shown), "refused": m.refused}
+                    for n, m in history.members.items()},
         "revocations": revocations(history),
         "wall_seconds": round(wall_s, 1),
     }

@@ -39,7 +39,7 @@ import yaml
 
 from chaos.checkers import CHECKERS
 
-ACTIONS = ("kill", "stop", "pause", "unpause", "restart", "start", "partition", "heal", "loss",
+ACTIONS = ("kill", "stop", "pause", "unpause", "restart", "start", "partition", "oneway", "wipe", "hostile", "heal", "loss",
            "bandwidth", "toxic", "untoxic", "restart_all")
 ROLES = ("decomposer", "scorer", "executor", "observer")
 
@@ -164,15 +164,23 @@ def _step(path: Path, number: int, raw: Any, names: list[str], rng: random.Rando
     else:
         raise _fail(path, f"{where}: 'at' must be seconds, [low, high] or 'complete', found {at_raw!r}")
     target = raw[action]
-    if action == "partition":
+    if action == "oneway":
+        if not (isinstance(target, list) and len(target) == 2 and all(isinstance(g, list) for g in target)):
+            raise _fail(path, f"{where}: oneway takes [senders, receivers]: what senders send receivers is lost")
+        target = [[_member(path, where, n, names, rng) for n in g] for g in target]
+    elif action == "partition":
         if not isinstance(target, list) or not all(isinstance(g, (list, str)) for g in target):
             raise _fail(path, f"{where}: partition takes a list of groups (lists of members, or 'rest')")
         named = [n for g in target if isinstance(g, list) for n in g]
         groups = [[_member(path, where, n, names, rng) for n in g] if isinstance(g, list)
                   else [n for n in names if n not in named] for g in target]
         target = groups
-    elif action in ("kill", "stop", "pause", "unpause", "restart", "start", "untoxic"):
+    elif action in ("kill", "stop", "pause", "unpause", "restart", "start", "untoxic", "wipe"):
         target = _member(path, where, target, names, rng)
+    elif action == "hostile":
+        if not isinstance(target, (int, float)) or target <= 0:
+            raise _fail(path, f"{where}: hostile takes the seconds the hostile peer attacks for")
+        target = float(target)
     elif action in ("loss", "bandwidth", "toxic"):
         if not isinstance(target, dict) or "member" not in target:
             raise _fail(path, f"{where}: {action} takes a mapping with 'member' and its settings")

@@ -100,7 +100,7 @@ class Hostile:
     def _targets(self) -> tuple[list[str], list[str], list[str]]:
         """Open nodes, leaves not done, and proposals: what a plausible attack aims at."""
         tree = self.tree()
-        nodes = [n.id for n in tree.nodes.values() if not n.leaf] or [g.id for g in tree.goals]
+        nodes = [n.id for n in tree.nodes.values() if not n.leaf] or [g.id for g in tree.goals] or ["ab" * 32]
         leaves = [n.id for n in tree.nodes.values() if n.leaf and n.status != "done"]
         return nodes, leaves, list(tree.proposals) or ["ab" * 32]
 

@@ -76,3 +76,19 @@ def test_a_late_joiner_with_nothing_gets_everything_in_bounded_batches() -> None
     rounds = sync_until_quiet(full, empty, limit=10)
     assert len(empty) == len(events) and rounds > 1
     assert fold(empty.events()).digest == fold(events).digest
+
+
+def test_a_fork_below_the_pullers_head_still_travels() -> None:
+    """The puller holds one branch of a fork (its chain looks whole); the server holds both:
+    the other branch must be offered, or the puller never sees the fork (found by the
+    simulation's hostile forker)."""
+    author = Identity(b"g" * 32)
+    body = ProposalBody(node="ab" * 32, strategy="s", subgoals=(Subgoal(title="a", executable=True),
+                                                                Subgoal(title="b", executable=True)))
+    ticket = ticket_sig(author.peer_id, "decomposer")
+    first = sign_event(author, "decomposer", 1, None, Timestamp(10, 0), body, ticket)
+    other = sign_event(author, "decomposer", 1, None, Timestamp(11, 0),
+                       body.model_copy(update={"strategy": "t"}), ticket)
+    puller, server = EventIndex([first]), EventIndex([first, other])
+    sync_until_quiet(puller, server, limit=100)
+    assert {e.id for e in puller.events()} == {first.id, other.id}
