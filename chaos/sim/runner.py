@@ -20,6 +20,7 @@ import structlog
 
 from chaos.checkers import Verdict, check
 from chaos.checkers.finality import revocations
+from chaos.checkers.safety import duplicate_executions
 from chaos.sim.world import SimConfig, run_seed
 
 
@@ -32,6 +33,8 @@ class SeedOutcome:
     virtual_s: float
     digests: tuple[str, ...]  # of the live members, sorted and deduplicated
     revocations: int  # times a member replaced or withdrew a split or result it showed
+    duplicates: int  # results never accepted: executions thrown away
+    model_calls: int
     trace: tuple[str, ...]  # kept only when something broke (or when asked)
 
     @property
@@ -62,6 +65,8 @@ def judge(config: SimConfig, keep_trace: bool = False) -> SeedOutcome:
         virtual_s=run.history.ended_at,
         digests=digests,
         revocations=revocations(run.history),
+        duplicates=duplicate_executions(run.history),
+        model_calls=sum(m.model_calls for m in run.history.members.values()),
         trace=tuple(run.trace) if (broke or keep_trace) else (),
     )
 
@@ -118,6 +123,9 @@ def report(base: SimConfig, outcomes: list[SeedOutcome], seconds: float) -> dict
         "stalled": len(stalls),
         "revocations": sum(o.revocations for o in outcomes),
         "seeds_with_revocations": sum(1 for o in outcomes if o.revocations),
+        "duplicate_executions": sum(o.duplicates for o in outcomes),
+        "seeds_with_duplicates": sum(1 for o in outcomes if o.duplicates),
+        "model_calls": sum(o.model_calls for o in outcomes),
         "violations": violations,
         "stalls": stalls,
         "passed": not violations,
@@ -155,6 +163,9 @@ def write_report(directory: Path, summary: dict[str, object], outcomes: list[See
         f"- completed: {summary['completed']}, converged: {summary['converged']}, "
         f"stalled (too few survivors): {summary['stalled']}",
         f"- violations: {len(summary['violations'])}",  # type: ignore[arg-type]
+        f"- revocations (a decision shown, then another): {summary['revocations']}; duplicate executions "
+        f"(results never accepted): {summary['duplicate_executions']} in {summary['seeds_with_duplicates']} seeds, "
+        f"of {summary['model_calls']} model calls",
         f"- speed: {summary['seeds_per_minute']} seeds/min ({summary['wall_seconds']} s wall), "
         f"median {summary['median_virtual_seconds']} s virtual per run",
         "",
