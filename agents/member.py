@@ -19,7 +19,6 @@ lost, other members' periodic pulls fetch them.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from agents.core.transitions import Transition, changes
 from agents.core.tree import PlanTree
 from agents.llm.base import Backend
 from agents.net.base import Network, PeerStream, StreamClosed
+from agents.ownfeed import OwnFeed
 from agents.roles import POLICIES, THINKING, Intent, Me, Renew
 from agents.roles.compose import compose, latency_key
 from agents.store import EventStore, StoreError
@@ -77,17 +77,6 @@ def describe(event: Event) -> str:
 
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _read_head(path: Path | None) -> tuple[int, str] | None:
-    """The (seq, id) a member recorded as its own feed's head, or None."""
-    if path is None or not path.exists():
-        return None
-    try:
-        seq, event_id = path.read_text().split()
-        return int(seq), event_id
-    except (OSError, ValueError):
-        return None  # a damaged record: the first pull decides, as for a new member
 
 
 @dataclass
@@ -143,16 +132,11 @@ class Member:
         self.me = Me(identity.peer_id, role, strategy)  # type: ignore[arg-type]
         self.index = EventIndex(store.events())
         self.stats = MemberStats(refused=store.counters().get("refused", 0))
-        # Restart safety: the clock starts after every event held (not only our own), and a
-        # member signs nothing until it knows its own feed's head, so a lost or damaged store
-        # never makes it sign a seq twice (a fork). The head is recorded beside the store
-        # (``feed_head_path``) after every own event; when the store is behind it, or empty,
-        # the member first learns its own events back from peers (``_learned_own_feed``).
+        # Restart safety: the clock starts after every event held (not only our own), and the
+        # member signs nothing until its own feed is whole (``agents.ownfeed``).
         for event in self.index.events():
             self.clock.restore(event.ts)
-        self._head_path = feed_head_path
-        self._must_learn = _read_head(feed_head_path)
-        self.author_ready = trio.Event()
+        self.own = OwnFeed(self.author, feed_head_path) if self.author is not None else None
         self._on_transition = on_transition
         self._transitions_file = open(transitions_path, "a", encoding="utf-8") if transitions_path else None  # noqa: SIM115 (closed in close())
         self._now_ms = now_ms
@@ -160,15 +144,10 @@ class Member:
         self.tree: PlanTree = fold(self.index.events())
         for change in changes(None, self.tree):
             self._show(change)
-        if self.author is not None:
-            own = store.events_by(identity.peer_id)
-            self.author.resume(own)
-            if own and (self._must_learn is None or self._holds_own(self._must_learn)):
-                self._must_learn = None
-                self.author_ready.set()
-            elif self._must_learn is not None:
-                self._log.warning("store is behind this member's own feed; learning it from peers first",
-                                  stored_seq=self.author.seq, head_seq=self._must_learn[0])
+        if self.own is not None and not self.own.start(store.events_by(identity.peer_id), self.tree) \
+                and self.own.missing is not None:
+            self._log.warning("store is behind this member's own feed; learning it from peers first",
+                              stored_seq=self.own.author.seq, head_seq=self.own.missing[0])
         self.changed = trio.Event()
         self.sync_now = trio.Event()
         self._model_busy = False
@@ -262,20 +241,15 @@ class Member:
     # --- events out -----------------------------------------------------------
 
     async def publish(self, body: AnyBody) -> Event:
-        assert self.author is not None, "an observer never publishes"
-        await self.author_ready.wait()
+        assert self.author is not None and self.own is not None, "an observer never publishes"
+        await self.own.ready.wait()
         event = self.author.sign(body)
         try:
             self._admit([event], "self")
         except StoreError:
             self.author.unsign(event)  # never stored, never sent: the seq is free again
             raise
-        self._record_head(event)
-        if self.tree.heads.get(self.author.peer_id) != (event.seq, event.id):
-            # our own event did not enter our feed (a hole before it): stop signing rather than
-            # sign on and on what our own tree never shows; wait for the hole to be filled
-            self._must_learn = (event.seq, event.id)
-            self.author_ready = trio.Event()
+        if not self.own.signed(event, self.tree):
             self._log.error("own event is not in own feed (a hole before it); signing stops until it is filled",
                             seq=event.seq, event_id=event.id[:12])
         self.stats.published += 1
@@ -363,36 +337,13 @@ class Member:
                     self._log.debug("admitted", event_id=event.id, via="sync")
         return added
 
-    def _holds_own(self, head: tuple[int, str]) -> bool:
-        """Our whole feed up to ``head`` is in the fold: the head event, and no hole before it."""
-        assert self.author is not None
-        ours = self.tree.heads.get(self.author.peer_id)
-        return head[1] in self.index and ours is not None and ours[0] >= head[0]
-
     def _learned_own_feed(self) -> None:
-        """After a completed pull: whatever a peer held of our own feed is ours now. Ready to
-        sign once the recorded head is back (or, with no record, after this first pull)."""
-        if self.author is None or self.author_ready.is_set():
-            return
-        if self._must_learn is not None and not self._holds_own(self._must_learn):
+        """After a completed pull: whatever a peer held of our own feed is ours now."""
+        if self.own is None or self.author is None:
             return
         own = [e for e in self.index.events() if e.author == self.author.peer_id]
-        self.author.resume(own)
-        self._must_learn = None
-        self.author_ready.set()
-        if own:
+        if self.own.learned(own, self.tree) and own:
             self._log.warning("recovered own feed from a peer", seq=self.author.seq)
-
-    def _record_head(self, event: Event) -> None:
-        """Write our feed's head beside the store, atomically and durably, after it is stored."""
-        if self._head_path is None:
-            return
-        tmp = self._head_path.with_name(self._head_path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(f"{event.seq} {event.id}\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self._head_path)
 
     async def sync_all(self) -> int:
         """Pull from every connected peer at once; a slow or stalled peer delays nobody else."""
@@ -427,19 +378,20 @@ class Member:
     @property
     def mute(self) -> bool:
         """True while it must not sign: its store lost own events no peer has given back yet."""
-        return self.author is not None and not self.author_ready.is_set()
+        return self.own is not None and not self.own.ready.is_set()
 
     async def _act_loop(self, nursery: trio.Nursery) -> None:
         policy = POLICIES[self.role]
-        while not self.author_ready.is_set():
+        assert self.own is not None
+        while not self.own.ready.is_set():
             with trio.move_on_after(MUTE_WARNING_S):
-                await self.author_ready.wait()
-            if self._must_learn is not None and not self.author_ready.is_set():
+                await self.own.ready.wait()
+            if self.own.missing is not None and not self.own.ready.is_set():
                 self._log.warning(
                     "cannot sign yet: own events up to this seq are missing from the store and no peer has "
                     "returned them; signing now would fork this member's feed. If no peer ever holds them, "
                     "re-admit this member under a new key (swarm admit CLUSTER_DIR --role ROLE --data-dir NEW_DIR)",
-                    head_seq=self._must_learn[0], stored_seq=self.author.seq if self.author else 0)
+                    head_seq=self.own.missing[0], stored_seq=self.own.author.seq)
         while True:
             self.changed = trio.Event()
             if not await self._act_once(policy, nursery):

@@ -19,7 +19,6 @@ faults and every member's actions in virtual-time order.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 import shutil
@@ -32,22 +31,15 @@ import trio.testing
 
 from agents.core.admission import Credentials, Gate, issue
 from agents.core.events import GoalBody
-from agents.core.identity import Identity
-from agents.llm.scripted import STRATEGIES, ScriptedBackend
 from agents.member import Member
-from agents.store import EventStore, StoreError
-from agents.store.sqlite import DB_NAME
-from chaos.history import History, MemberHistory, Restart, Shown
+from agents.store import EventStore
+from chaos.history import History
 from chaos.sim.faults import FaultPlan, Step, draw_plan
-from chaos.sim.network import LinkWeather, SimFabric, SimNetwork
+from chaos.sim.identities import EPOCH_MS, identity_for
+from chaos.sim.network import LinkWeather, SimFabric
+from chaos.sim.slot import Slot
 
 GOAL = "Plan a two-week trip to Japan"
-EPOCH_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: virtual time starts here
-
-
-def identity_for(seed: int, role: str, index: int) -> Identity:
-    """A member's key, derived from the seed: a replay signs the very same events."""
-    return Identity(hashlib.sha256(f"swarm-sim/{seed}/{role}/{index}".encode()).digest())
 
 
 @dataclass(frozen=True)
@@ -96,149 +88,7 @@ def _seed_trio_scheduler(seed: int) -> None:
     run_module._r.seed(f"swarm-sim/{seed}/scheduler")
 
 
-class _SimStore(EventStore):
-    """The real SQLite store, whose disk the nemesis can fill (writes then fail)."""
-
-    full = False
-
-    def add_many(self, events) -> int:
-        if self.full:
-            events = list(events)
-            if events:
-                raise StoreError(f"cannot write to {self.path}: database or disk is full (simulated)")
-        return super().add_many(events)
-
-
-def _corrupt(path: Path, rng: random.Random) -> None:
-    """Overwrite a page of a SQLite file with garbage, as a torn write or a bad sector would."""
-    size = path.stat().st_size
-    if size < 4096:
-        return
-    with open(path, "r+b") as handle:
-        page = rng.randrange(0, size // 4096)
-        handle.seek(page * 4096)
-        handle.write(bytes(rng.getrandbits(8) for _ in range(4096)))
-
-
-class _Slot:
-    """One member's life in the run: started, crashed, restarted, stopped."""
-
-    def __init__(self, world: _World, name: str) -> None:
-        self.world = world
-        self.name = name
-        self.role = name.rsplit("-", 1)[0]
-        index = int(name.rsplit("-", 1)[1])
-        self.identity = identity_for(world.config.seed, self.role, index)
-        self.strategy = STRATEGIES[index % len(STRATEGIES)]
-        self.data_dir = world.scratch / name
-        self.skew_ms = world.plan.skew_ms.get(name, 0)
-        # Scorers of differing strictness, so splits are sometimes approved by only some of
-        # them: without dissent a quorum rule cannot be told from a weaker one.
-        strictness = random.Random(f"swarm-sim/{world.config.seed}/strict/{name}").choice([9, 11, 12, 13])
-        self.backend = ScriptedBackend(seed=world.config.seed * 1000 + len(world.slots),
-                                       latency=world.plan.latency_s[name], strictness=strictness)
-        self.state = "pending"  # pending, up, down, stopped, paused
-        self.model_calls = 0  # by the member's earlier lives (before restarts)
-        self.clock_ms = 0  # the nemesis's extra offset (jumps, strobes) on top of its skew
-        self.durability = 2  # the store's synchronous level when it crashed (2: every commit durable)
-        self.crash_image: dict[str, bytes] = {}  # the store's files as they were at the kill
-        self.member: Member | None = None
-        self.scope: trio.CancelScope | None = None
-        self.store: EventStore | None = None
-        self.record = MemberHistory(name, self.role, self.identity.peer_id)
-
-    def now_ms(self) -> int:
-        return EPOCH_MS + int(trio.current_time() * 1000) + self.skew_ms + self.clock_ms
-
-    def _damage(self, flag: str) -> None:
-        """What a crash did to the store, applied before it is opened again."""
-        files = self._files()
-        if flag == "wipe":
-            for path in files:
-                path.unlink(missing_ok=True)
-        elif flag == "unsynced" and self.durability < 2:
-            # below synchronous=FULL a commit is not on the disk when it returns: the
-            # write-ahead log's tail may vanish with the page cache
-            for path in files[1:]:
-                path.unlink(missing_ok=True)
-        elif flag == "corrupt":
-            rng = random.Random(f"swarm-sim/{self.world.config.seed}/corrupt/{self.name}")
-            for path in files[:2]:
-                if path.exists():
-                    _corrupt(path, rng)
-
-    def _files(self) -> list[Path]:
-        return [self.data_dir / f"{DB_NAME}{suffix}" for suffix in ("", "-wal", "-shm")]
-
-    async def start(self, flag: str = "") -> None:
-        held_before = set(self.record_ids())
-        if self.state == "down":
-            # a killed process never closes its store (closing would checkpoint the log into
-            # the database): the disk holds exactly what it held at the kill
-            for path in self._files():
-                path.unlink(missing_ok=True)
-            for name, data in self.crash_image.items():
-                (self.data_dir / name).write_bytes(data)
-            if flag:
-                self._damage(flag)
-        error = ""
-        try:
-            self.store = _SimStore.open(self.data_dir)
-            self.store.events()  # a damaged event refuses to decode
-        except StoreError as exc:
-            # what the store tells an operator to do: move it aside, the swarm syncs it back
-            error = str(exc)
-            for path in self.data_dir.glob(f"{DB_NAME}*"):
-                path.rename(path.with_name(path.name + ".damaged"))
-            self.store = _SimStore.open(self.data_dir)
-        if self.state == "down":
-            after = {e.id for e in self.store.events()}
-            lost = tuple(sorted(held_before - after))
-            fault = flag if flag in ("wipe", "corrupt") else ""
-            self.record.restarts.append(Restart(self.world.now(), len(held_before), lost, fault, error))
-        network = self.world.fabric.endpoint(self.identity.peer_id)
-        self.member = Member(
-            self.world.credentials(self.identity, self.role), self.store, network,
-            backend=self.backend if self.role != "observer" else None, strategy=self.strategy,
-            now_ms=self.now_ms, think_in_thread=False,
-            trace=lambda line: self.world.say(self.name, line),
-            feed_head_path=self.data_dir / "feed.head",
-            on_transition=lambda change: self.record.shown.append(
-                Shown(round(self.world.now(), 3), change.kind, change.node, change.before, change.after)),
-        )
-        self.state = "up"
-        await self.world.nursery.start(self._live, network)
-
-    async def _live(self, network: SimNetwork, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        assert self.member is not None and self.store is not None
-        store = self.store
-        with trio.CancelScope() as scope:
-            self.scope = scope
-            try:
-                async with trio.open_nursery() as nursery:
-                    network.attach(nursery)
-                    await nursery.start(self.member.run)
-                    self.world.fabric.bring_up(network)
-                    task_status.started()
-            finally:
-                store.close()
-
-    def record_ids(self) -> list[str]:
-        return [e.id for e in self.member.index.events()] if self.member is not None else []
-
-    def down(self, state: str) -> None:
-        """Crash (``down``, will restart from its store) or stop for good (``stopped``)."""
-        assert self.member is not None and self.scope is not None and self.store is not None
-        self.durability = self.store.durability()
-        self.crash_image = {p.name: p.read_bytes() for p in self._files() if p.exists()}
-        self.record.events = self.member.index.events()
-        self.model_calls += self.member.stats.model_calls
-        self.world.fabric.take_down(self.identity.peer_id)
-        self.scope.cancel()
-        self.state = state
-
-
-class _World:
+class World:
     def __init__(self, config: SimConfig, plan: FaultPlan, scratch: Path) -> None:
         self.config = config
         self.plan = plan
@@ -251,7 +101,7 @@ class _World:
                    "executor": config.executors, "observer": config.observers},
             quorum=config.quorum, convergence_bound_s=config.convergence_bound_s,
         )
-        self.slots: dict[str, _Slot] = {}
+        self.slots: dict[str, Slot] = {}
         self._names: dict[str, str] = {}  # peer id suffix -> member name
         self.authority = identity_for(config.seed, "authority", 0)
         self.admitted: set[str] = set()
@@ -283,7 +133,7 @@ class _World:
             self.nursery = nursery
             self.fabric = SimFabric(random.Random(f"swarm-sim/{self.config.seed}/net"), nursery)
             for name in self.config.names():
-                self.slots[name] = _Slot(self, name)
+                self.slots[name] = Slot(self, name)
                 self._names[self.slots[name].identity.peer_id[-8:]] = name
                 self.slots[name].record.late = name in self.plan.late
             for name, slot in self.slots.items():
@@ -474,7 +324,7 @@ def run_seed(config: SimConfig, scratch_root: Path | None = None) -> SimRun:
     plan = draw_plan(random.Random(f"swarm-sim/{config.seed}/faults"), names, config.faults, config.window_s,
                       config.model_latency_s)
     scratch = Path(tempfile.mkdtemp(prefix=f"swarm-sim-{config.seed}-", dir=scratch_root or _fast_tmp()))
-    world = _World(config, plan, scratch)
+    world = World(config, plan, scratch)
     for line in plan.describe():
         world.trace.append(f"{'plan':>10} {line}")
     try:

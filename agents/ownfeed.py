@@ -1,0 +1,85 @@
+"""A member's own feed across restarts: when it may sign, so that it never forks itself.
+
+A member must never sign two events at one seq: that is equivocation, proof of
+misbehaviour to every other member. Its store is what tells it where its feed
+stands, and a store can be lost, damaged, or (below ``synchronous=FULL``) miss its
+tail. So the member also records its feed's head (seq and id) in a small file
+beside the store, atomically and durably, after each own event is stored, and it
+signs nothing until its fold holds its whole own chain up to that head: from the
+store, or given back by peers. With no record (a new member, or a record lost
+with the store) it first completes one sync. A member whose lost events nobody
+else held stays silent and says so: signing again would fork it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import trio
+
+from agents.core.author import Author
+from agents.core.events import Event
+from agents.core.tree import PlanTree
+
+Head = tuple[int, str]  # (seq, id)
+
+
+def read_head(path: Path | None) -> Head | None:
+    """The head a member recorded for its own feed, or None."""
+    if path is None or not path.exists():
+        return None
+    try:
+        seq, event_id = path.read_text().split()
+        return int(seq), event_id
+    except (OSError, ValueError):
+        return None  # a damaged record: the first completed sync decides, as for a new member
+
+
+class OwnFeed:
+    """Whether ``author`` may sign now (``ready``), and what it waits for (``missing``)."""
+
+    def __init__(self, author: Author, head_path: Path | None) -> None:
+        self.author = author
+        self.head_path = head_path
+        self.missing: Head | None = read_head(head_path)
+        self.ready = trio.Event()
+
+    def holds(self, head: Head, tree: PlanTree) -> bool:
+        """The fold holds our whole chain up to ``head`` (our feed reaches its seq with no hole:
+        an honest member's feed is one chain, so the event there is the head)."""
+        ours = tree.heads.get(self.author.peer_id)
+        return ours is not None and ours[0] >= head[0]
+
+    def start(self, own: list[Event], tree: PlanTree) -> bool:
+        """At start, from the store: True when the member may sign at once."""
+        self.author.resume(own)
+        if own and (self.missing is None or self.holds(self.missing, tree)):
+            self.missing = None
+            self.ready.set()
+        return self.ready.is_set()
+
+    def learned(self, own: list[Event], tree: PlanTree) -> bool:
+        """After a completed sync: True when the member just became ready to sign."""
+        if self.ready.is_set() or (self.missing is not None and not self.holds(self.missing, tree)):
+            return False
+        self.author.resume(own)
+        self.missing = None
+        self.ready.set()
+        return True
+
+    def signed(self, event: Event, tree: PlanTree) -> bool:
+        """Record our new head once the event is stored; False (and stop signing) when the event
+        did not enter our own feed (a hole before it): signing on would never show in our tree."""
+        if self.head_path is not None:
+            tmp = self.head_path.with_name(self.head_path.name + ".tmp")
+            with open(tmp, "w", encoding="utf-8") as handle:
+                handle.write(f"{event.seq} {event.id}\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.head_path)
+        if tree.heads.get(self.author.peer_id) == (event.seq, event.id):
+            return True
+        self.missing = (event.seq, event.id)
+        self.ready = trio.Event()
+        return False
