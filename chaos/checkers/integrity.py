@@ -5,7 +5,8 @@ feeds intact, what the observer printed was the truth, and wasted work within a 
   difference in events that do not change the tree; the set cannot).
 * ``honest_feeds``: no member of the cluster (the nemesis's hostile peers aside) ends as an
   equivocator, or with any of its events outside its feed (pending or cut), in any live
-  member's copy: judged with the reference model, not the fold.
+  member's copy: judged with the reference model, not the fold. (A member whose store the
+  nemesis destroyed may leave a hole: the events before it existed nowhere else.)
 * ``observer_truth``: what an observer showed when it first saw the plan complete (its
   transition log up to that moment) is the final plan, every split and result of it.
 * ``wasted_work``: results never accepted (duplicate executions) stay within a budget of one
@@ -39,13 +40,17 @@ def event_sets(history: History) -> Verdict:
 def honest_feeds(history: History) -> Verdict:
     """No honest member is an equivocator or has an event outside its feed, anywhere."""
     honest = {m.peer: m.name for m in history.members.values()}
+    # a member whose store the nemesis destroyed may leave a hole for good: the events before
+    # it existed nowhere else (it then refuses to sign, see liveness); it must still never fork
+    destroyed = {m.peer for m in history.members.values() if any(r.fault for r in m.restarts)}
     models = _models(history)
     for member in sorted(history.live(), key=lambda m: m.name):
         model = models[member.name]
         forked = sorted(honest[p] for p in model.equivocators() if p in honest)
         if forked:
             return Verdict("honest_feeds", "fail", f"{member.name} holds a fork by honest member(s) {', '.join(forked)}")
-        outside = [e for e in member.events if e.author in honest and e.id not in model.feed]
+        outside = [e for e in member.events
+                   if e.author in honest and e.author not in destroyed and e.id not in model.feed]
         if outside:
             e = outside[0]
             return Verdict("honest_feeds", "fail",
