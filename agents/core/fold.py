@@ -168,7 +168,7 @@ def fold(events: Iterable[Event]) -> PlanTree:
     results: dict[str, ResultView] = {}
     acked: dict[tuple[str, str], int] = {}
     promises: dict[tuple[str, int], tuple] = {}
-    certificates: dict[tuple[str, int, str], tuple[str, ...]] = {}
+    certificates: dict[tuple[str, int, str], tuple[tuple[str, str], ...]] = {}
     issues: list[FeedIssue] = list(feeds.issues)
     duplicate_results = 0
     goals: list[Goal] = []

@@ -56,7 +56,7 @@ class NodeRounds:
     rounds: dict[int, RoundView] = field(default_factory=dict)
     entered: dict[str, int] = field(default_factory=dict)
     promises: dict[int, tuple[PromiseView, ...]] = field(default_factory=dict)
-    certificates: dict[tuple[int, str], tuple[str, ...]] = field(default_factory=dict)
+    certificates: dict[tuple[int, str], tuple[tuple[str, str], ...]] = field(default_factory=dict)
     breach: str = ""  # two values accepted: more equivocators than the quorum tolerates
 
 
@@ -91,6 +91,27 @@ def _walk_chains(chains_by_scorer: Mapping[str, Sequence[Sequence[Event]]]
     return ballots, promises, entered
 
 
+def _first_candidates(candidates: Sequence[Event], held: Mapping[str, Event]) -> set[str]:
+    """The candidates that are their author's first for their round on their own chain: a
+    coordinator names one value per round; a second one on the same chain (no fork, so no
+    equivocation to see) would split the round's ballots for good."""
+    first: set[str] = set()
+    for event in candidates:
+        body = event.body
+        assert isinstance(body, CandidateBody)
+        earlier = held.get(event.prev) if event.prev else None
+        repeated = False
+        while earlier is not None:
+            if (isinstance(earlier.body, CandidateBody) and earlier.body.node == body.node
+                    and earlier.body.round == body.round):
+                repeated = True
+                break
+            earlier = held.get(earlier.prev) if earlier.prev else None
+        if not repeated:
+            first.add(event.id)
+    return first
+
+
 def settle(goal: Goal, node: str, drafts: Mapping[str, bool | None], candidates: Sequence[Event],
            chains_by_scorer: Mapping[str, Sequence[Sequence[Event]]], held: Mapping[str, Event]) -> NodeRounds:
     """Decide one node's rounds.
@@ -105,6 +126,7 @@ def settle(goal: Goal, node: str, drafts: Mapping[str, bool | None], candidates:
     """
     quorum = goal.quorum
     ballots, promises, entered = _walk_chains(chains_by_scorer)
+    firsts = _first_candidates(candidates, held)
     status: dict[str, Validity] = {}
     value_of: dict[str, str] = {}
     forced: dict[str, bool] = {}
@@ -131,7 +153,7 @@ def settle(goal: Goal, node: str, drafts: Mapping[str, bool | None], candidates:
     def judge(event: Event) -> Validity:
         body = event.body
         assert isinstance(body, CandidateBody)
-        if event.author != goal.coordinator(node, body.round):
+        if event.author != goal.coordinator(node, body.round) or event.id not in firsts:
             return "invalid"
         if body.value not in held:
             return "undetermined"
@@ -203,12 +225,12 @@ def settle(goal: Goal, node: str, drafts: Mapping[str, bool | None], candidates:
     # branch could overwrite (which would take an approval back)
     approving: dict[int, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     rejecting: dict[int, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    certificates: dict[tuple[int, str], list[str]] = defaultdict(list)
+    certificates: dict[tuple[int, str], list[tuple[str, str]]] = defaultdict(list)
     for ballot in sorted(ballots.values(), key=lambda b: b.event.id):
         if candidate_status(ballot.candidate, ballot.round) == "valid":
             value = value_of[ballot.candidate]
             (approving if ballot.approve else rejecting)[ballot.round][value].add(ballot.scorer)
-            certificates[(ballot.round, value)].append(ballot.event.id)
+            certificates[(ballot.round, value)].append((ballot.event.id, ballot.scorer))
     outcome.certificates = {k: tuple(v) for k, v in sorted(certificates.items())}
     promised: dict[int, set[str]] = defaultdict(set)
     views: dict[int, list[PromiseView]] = defaultdict(list)

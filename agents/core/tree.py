@@ -163,8 +163,8 @@ class PlanTree:
     members: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)  # author -> (role, models)
     ignored: int = 0  # events by scorers on no goal's roster: they count for nothing
     promises: Mapping[tuple[str, int], tuple[PromiseView, ...]] = field(default_factory=dict)
-    # (node, round, proposal) -> counted ballot ids on valid candidates with that proposal
-    certificates: Mapping[tuple[str, int, str], tuple[str, ...]] = field(default_factory=dict)
+    # (node, round, value) -> (ballot id, scorer) of counted ballots on valid candidates naming it
+    certificates: Mapping[tuple[str, int, str], tuple[tuple[str, str], ...]] = field(default_factory=dict)
     # (node or leaf, author) -> (kind, round or epoch) -> timestamp of its first such event: what it did
     acts: Mapping[tuple[str, str], Mapping[tuple[str, int], Timestamp]] = field(default_factory=dict)
     digest: str = ""

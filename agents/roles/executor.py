@@ -24,7 +24,7 @@ import hashlib
 from agents.core.events import MAX_ROUND
 from agents.core.tree import PlanTree
 from agents.roles.intents import Claim, Execute, Intent, Me, Renew
-from agents.roles.scorer import MAX_EPOCH_STEP, being_taken, holder_gone
+from agents.roles.scorer import being_taken, holder_gone
 
 RENEW_AT_FRACTION = 0.5  # renew once half the lease has gone since the last sign of life
 RETRY_AFTER_FAILURE_FRACTION = 0.5  # after giving a leaf up, leave it to others for half a lease
@@ -91,4 +91,4 @@ def next_epoch(tree: PlanTree, leaf, me: Me) -> int:
     own earlier claims. A stranger's unacked claim at an absurd epoch moves nothing (a hostile
     claim at the last epoch would otherwise leave no epoch to claim)."""
     counted = [leaf.epoch] + [c.epoch for c in tree.claims_on(leaf.id) if c.acks or c.executor == me.peer_id]
-    return min(max(counted) + 1, leaf.epoch + MAX_EPOCH_STEP, MAX_ROUND)
+    return min(max(counted) + 1, MAX_ROUND)

@@ -10,11 +10,12 @@ Per open node, in the scorer's current round ``r``:
 * ballot once on the round's valid candidate: approve when its own assessment
   approved it, when the round is forced, or from ``FALLBACK_ROUND`` on;
 * move to round ``r + 1`` (a promise) when the candidate has more rejections
-  than a quorum can survive, or ``round_ms`` has passed since it balloted (a
-  voter may be gone) or since it entered the round without a candidate (the
-  coordinator may be gone); and join a later round once ``f + 1`` other
-  scorers are in it (``f`` tolerated equivocators: one alone cannot drag the
-  board).
+  than a quorum can survive, or, once a quorum of scorers is in round ``r``,
+  when ``round_ms`` has passed since it balloted (a voter may be gone) or since
+  it entered the round without a candidate (the coordinator may be gone); and
+  join a later round once ``f + 1`` other scorers are in it (``f`` tolerated
+  equivocators: one alone cannot drag the board). A scorer alone ahead waits
+  for the others instead of racing on.
 
 Assessments (model calls) go to the current candidates first, then to drafts
 one per author in turn by draft number: a flood of drafts from one author
@@ -38,7 +39,7 @@ from agents.core.tree import Goal, Node, PlanTree, PromiseView
 from agents.roles.intents import Ack, Ballot, Candidate, Intent, Me, Promise, Vote
 
 FALLBACK_ROUND = 3
-MAX_EPOCH_STEP = 4  # a claim more epochs ahead of the holder's is not acked (nobody could follow it)
+MAX_EPOCH_STEP = 4  # a claim more epochs past the last we acked (or the holder's) is not acked
 
 
 def decide(tree: PlanTree, me: Me, now_ms: int) -> list[Intent]:
@@ -106,13 +107,17 @@ def _rounds(tree: PlanTree, goal: Goal, target: str, me: Me, now_ms: int, acts: 
         else:
             acts.append(Ballot(target, current, view.candidate, verdict))
 
+    # a round times out only once a quorum is in it: a scorer alone ahead would otherwise
+    # keep moving on and the others, one round behind, would never meet it in one round
+    present = sum(1 for r in entered.values() if r >= current) + (me.peer_id not in entered)
+    timed_out = current == 1 or present >= quorum  # everyone starts in round 1
     if view is not None and view.candidate is not None:
         balloted = done.get(("ballot", current))
         over = balloted is not None and (len(view.rejections) > n - quorum
-                                         or now_ms - balloted.ms >= goal.round_ms)
+                                         or (timed_out and now_ms - balloted.ms >= goal.round_ms))
     else:
         entry = done.get(("promise", current)) if current > 1 else first_value_at
-        over = entry is not None and now_ms - entry.ms >= goal.round_ms
+        over = timed_out and entry is not None and now_ms - entry.ms >= goal.round_ms
     if over:
         target_round = max(target_round, current + 1)
     if current < target_round <= MAX_ROUND:
@@ -142,9 +147,11 @@ def _choose(tree: PlanTree, goal: Goal, target: str, round_: int,
     if len(values) == 1:
         return Candidate(target, round_, values[0], ids)
     for value in values:  # an equivocating coordinator at ``top``: carry over the certified one
-        certificate = tree.certificates.get((target, top, value), ())
-        if len(certificate) >= goal.quorum:
-            return Candidate(target, round_, value, ids, certificate)
+        by_scorer: dict[str, str] = {}
+        for ballot_id, scorer in tree.certificates.get((target, top, value), ()):
+            by_scorer.setdefault(scorer, ballot_id)  # one ballot per scorer (a fork has two)
+        if len(by_scorer) >= goal.quorum:
+            return Candidate(target, round_, value, ids, tuple(sorted(by_scorer.values())))
     return None
 
 
@@ -193,7 +200,9 @@ def _acks(tree: PlanTree, goal: Goal, leaf: Node, me: Me, now_ms: int) -> list[I
             if c.epoch == acked > (holder.epoch if holder is not None else 0) and not c.granted]
     if any(now_ms - c.at.ms < goal.claim_lease_ms for c in mine):
         return []  # the claim we acked may still be granted
-    ceiling = (holder.epoch if holder is not None else 0) + MAX_EPOCH_STEP
+    # a few epochs past our own floor (a stranger's claim at an absurd epoch moves nothing), not
+    # past the holder's: after a partition every scorer may have acked several ungranted epochs
+    ceiling = floor + MAX_EPOCH_STEP
     pending = [c for c in tree.claims_on(leaf.id) if floor < c.epoch <= ceiling and not c.granted]
     if not pending:
         return []

@@ -221,6 +221,9 @@ class Model:
             return INVALID, ""
         if event.author not in rules.roster or event.author != self._coordinator(rules, node, round_):
             return INVALID, ""
+        if any(e.body.kind == "candidate" and e.body.node == node and e.body.round == round_  # type: ignore[union-attr]
+               for e in self.earlier(event)):
+            return INVALID, ""  # a coordinator's second candidate in one round, on one chain
         named = self.feed.get(body.value)  # type: ignore[union-attr]
         if named is None:
             return UNKNOWN, ""

@@ -181,3 +181,29 @@ def test_ballots_and_candidates_are_never_repeated_after_a_restart() -> None:
     board.ballot(c1, candidate)
     again = scorer.decide(fold(board.events), Me(c1.peer_id, "scorer"), board.t + 1)
     assert not [i for i in again if isinstance(i, (Candidate, Ballot))]
+
+
+def test_scorers_that_acked_several_ungranted_epochs_can_still_grant_the_next() -> None:
+    """After a partition each side may have acked its own executor's claims for several epochs,
+    none granted: the next epoch must still be acked (a ceiling at the holder's epoch used to
+    stop the leaf for good)."""
+    board = Board(tag="epochs")
+    first = board.candidate(1, board.v)
+    for s in board.scorers[:2]:
+        board.ballot(s, first)
+    leaf = child_node_id(board.v, 0)
+    x, y = Feed("epochs/x", "executor"), Feed("epochs/y", "executor")
+    a, b, c = board.scorers
+    for epoch in range(1, 6):
+        cx = board._add(x, ClaimBody(leaf=leaf, epoch=epoch))
+        cy = board._add(y, ClaimBody(leaf=leaf, epoch=epoch))
+        board._add(a, AckBody(leaf=leaf, claim=cx.id, epoch=epoch))
+        board._add(b, AckBody(leaf=leaf, claim=cy.id, epoch=epoch))
+    tree = fold(board.events)
+    assert tree.nodes[leaf].status == "ready"
+    claim = executor.decide(tree, Me(x.peer_id, "executor"), 10**9)[0]
+    assert claim == Claim(leaf, 6)
+    fresh = board._add(x, ClaimBody(leaf=leaf, epoch=6))
+    for s in (a, b):
+        assert Ack(leaf, fresh.id, 6) in scorer.decide(fold(board.events), Me(s.peer_id, "scorer"), 10**9)
+    assert c.peer_id

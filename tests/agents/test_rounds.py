@@ -197,3 +197,15 @@ def test_a_value_from_an_equivocating_coordinators_round_needs_a_certificate() -
     promises = [replay.promise(h2, 2), replay.promise(liar, 2), replay.promise(h1, 2)]
     certified = replay.candidate(2, replay.v, promises, certificate)
     assert fold(replay.events).rounds[(replay.node, 2)].candidate == certified.id
+
+
+def test_a_coordinators_second_candidate_in_one_round_counts_for_nothing() -> None:
+    """Without a fork nobody sees equivocation, yet two candidates in one round would split its
+    ballots for good (no later round could carry either): only the first one counts."""
+    board = Board(tag="twice")
+    first = board.candidate(1, board.v)
+    second = board.candidate(1, board.w)
+    for scorer in board.scorers:
+        board.ballot(scorer, second)
+    assert board.split() is None
+    assert fold(board.events).rounds[(board.node, 1)].candidate == first.id
