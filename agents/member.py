@@ -107,8 +107,10 @@ class Member:
         on_transition: Callable[[Transition], None] | None = None,
         transitions_path: Path | None = None,
         feed_head_path: Path | None = None,
+        new_key: bool = False,
     ) -> None:
-        """``think_in_thread=False`` runs model calls inline: the simulated world needs it,
+        """``new_key``: the member's key was made at this start (nothing of its own can exist
+        anywhere yet). ``think_in_thread=False`` runs model calls inline: the simulated world needs it,
         since a thread's real duration would let a mock clock jump. ``trace`` receives a
         one-line account of each thing this member does (the simulator's trace).
 
@@ -136,7 +138,7 @@ class Member:
         # member signs nothing until its own feed is whole (``agents.ownfeed``).
         for event in self.index.events():
             self.clock.restore(event.ts)
-        self.own = OwnFeed(self.author, feed_head_path) if self.author is not None else None
+        self.own = OwnFeed(self.author, feed_head_path, new_key) if self.author is not None else None
         self._on_transition = on_transition
         self._transitions_file = open(transitions_path, "a", encoding="utf-8") if transitions_path else None  # noqa: SIM115 (closed in close())
         self._now_ms = now_ms
@@ -327,7 +329,7 @@ class Member:
             if event is not None:
                 events.append(event)
         added = self._admit(events, "sync") if events else 0
-        self._learned_own_feed()
+        self._learned_own_feed(peer)
         if added:
             self._log.info("synced", peer=peer[-8:], events=added)
             if self._trace:
@@ -337,12 +339,12 @@ class Member:
                     self._log.debug("admitted", event_id=event.id, via="sync")
         return added
 
-    def _learned_own_feed(self) -> None:
+    def _learned_own_feed(self, peer: str) -> None:
         """After a completed pull: whatever a peer held of our own feed is ours now."""
         if self.own is None or self.author is None:
             return
         own = [e for e in self.index.events() if e.author == self.author.peer_id]
-        if self.own.learned(own, self.tree) and own:
+        if self.own.learned(own, self.tree, peer, len(self.network.connected_peers())) and own:
             self._log.warning("recovered own feed from a peer", seq=self.author.seq)
 
     async def sync_all(self) -> int:

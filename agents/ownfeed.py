@@ -6,9 +6,12 @@ stands, and a store can be lost, damaged, or (below ``synchronous=FULL``) miss i
 tail. So the member also records its feed's head (seq and id) in a small file
 beside the store, atomically and durably, after each own event is stored, and it
 signs nothing until its fold holds its whole own chain up to that head: from the
-store, or given back by peers. With no record (a new member, or a record lost
-with the store) it first completes one sync. A member whose lost events nobody
-else held stays silent and says so: signing again would fork it.
+store, or given back by peers. With no record and no own events, a brand-new
+member (its key made at this start) first completes one sync; a member whose key
+existed (its whole data directory but the key was lost) completes syncs with two
+different peers, or with every peer it can reach if fewer, so that one peer that
+never saw its events cannot make it start again at seq 1. A member whose lost
+events nobody else held stays silent and says so: signing again would fork it.
 """
 
 from __future__ import annotations
@@ -39,11 +42,13 @@ def read_head(path: Path | None) -> Head | None:
 class OwnFeed:
     """Whether ``author`` may sign now (``ready``), and what it waits for (``missing``)."""
 
-    def __init__(self, author: Author, head_path: Path | None) -> None:
+    def __init__(self, author: Author, head_path: Path | None, new_key: bool = False) -> None:
         self.author = author
         self.head_path = head_path
         self.missing: Head | None = read_head(head_path)
         self.ready = trio.Event()
+        self.new_key = new_key
+        self.pulled_from: set[str] = set()
 
     def holds(self, head: Head, tree: PlanTree) -> bool:
         """The fold holds our whole chain up to ``head`` (our feed reaches its seq with no hole:
@@ -59,10 +64,15 @@ class OwnFeed:
             self.ready.set()
         return self.ready.is_set()
 
-    def learned(self, own: list[Event], tree: PlanTree) -> bool:
-        """After a completed sync: True when the member just became ready to sign."""
+    def learned(self, own: list[Event], tree: PlanTree, peer: str, reachable: int) -> bool:
+        """After a completed sync with ``peer`` (``reachable`` peers in all): True when the member
+        just became ready to sign."""
+        self.pulled_from.add(peer)
         if self.ready.is_set() or (self.missing is not None and not self.holds(self.missing, tree)):
             return False
+        if self.missing is None and not own and not self.new_key \
+                and len(self.pulled_from) < min(2, max(reachable, 1)):
+            return False  # an old key with nothing on record: ask a second peer first
         self.author.resume(own)
         self.missing = None
         self.ready.set()

@@ -64,7 +64,7 @@ def _network(creds: Credentials, args: argparse.Namespace):
 def _open(data_dir: Path, role: str | None, args: argparse.Namespace) -> tuple[Credentials, EventStore]:
     """The member's credentials (its key and ticket: no ticket, no start) and its store."""
     try:
-        identity = load_or_create(data_dir)
+        identity = load_or_create(data_dir)  # a key made now would have had no ticket: never new here
         creds = credentials(data_dir, identity, role, getattr(args, "cluster", None))
         return creds, EventStore.open(data_dir)
     except (KeyFileError, StoreError, AdmissionError) as exc:

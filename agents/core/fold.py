@@ -109,25 +109,22 @@ class _Index:
                 self.followups[body.claim].append(event)
         self.goals.sort(key=lambda e: e.order_key)
         for author, events in by_author.items():
-            role = events[0].role
-            if role not in ("scorer", "decomposer", "executor"):
-                continue
             for chain in chain_order(feeds, events):
+                role = chain[0].role  # one role per chain (a role change cuts it); not per author
                 if role == "decomposer":
                     self._number(chain, ProposalBody, self.draft_number)
-                    continue
-                if role == "executor":
+                elif role == "executor":
                     self._number(chain, ResultBody, self.result_number)
-                    continue
-                per_target: dict[str, list[Event]] = defaultdict(list)
-                for event in chain:
-                    body = event.body
-                    if isinstance(body, (PromiseBody, BallotBody)):
-                        per_target[body.node].append(event)
-                    elif isinstance(body, AckBody):
-                        per_target[body.leaf].append(event)
-                for target, mine in per_target.items():
-                    self.scorer_chains[author][target].append(mine)
+                elif role == "scorer":
+                    per_target: dict[str, list[Event]] = defaultdict(list)
+                    for event in chain:
+                        body = event.body
+                        if isinstance(body, (PromiseBody, BallotBody)):
+                            per_target[body.node].append(event)
+                        elif isinstance(body, AckBody):
+                            per_target[body.leaf].append(event)
+                    for target, mine in per_target.items():
+                        self.scorer_chains[author][target].append(mine)
 
     @staticmethod
     def _number(chain: list[Event], kind: type, numbers: dict[str, int]) -> None:

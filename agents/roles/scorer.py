@@ -206,5 +206,8 @@ def _acks(tree: PlanTree, goal: Goal, leaf: Node, me: Me, now_ms: int) -> list[I
     pending = [c for c in tree.claims_on(leaf.id) if floor < c.epoch <= ceiling and not c.granted]
     if not pending:
         return []
-    first = min(pending, key=lambda c: (c.epoch, c.at, c.id))
+    # within an epoch, anyone but the holder that just lost the leaf first (a holder that hogs a
+    # leaf and never answers must not win it straight back with a claim it signed in advance)
+    previous = holder.executor if holder is not None else None
+    first = min(pending, key=lambda c: (c.epoch, c.executor == previous, c.at, c.id))
     return [Ack(leaf.id, first.id, first.epoch)]

@@ -130,7 +130,7 @@ class Slot:
             backend=self.backend if self.role != "observer" else None, strategy=self.strategy,
             now_ms=self.now_ms, think_in_thread=False,
             trace=lambda line: self.world.say(self.name, line),
-            feed_head_path=self.data_dir / "feed.head",
+            feed_head_path=self.data_dir / "feed.head", new_key=self.state == "pending",
             on_transition=lambda change: self.record.shown.append(
                 Shown(round(self.world.now(), 3), change.kind, change.node, change.before, change.after)),
         )
