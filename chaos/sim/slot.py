@@ -115,7 +115,7 @@ class Slot:
             self.store.events()  # a damaged event refuses to decode
         except StoreError as exc:
             # what the store tells an operator to do: move it aside, the swarm syncs it back
-            error = str(exc)
+            error = str(exc).replace(str(self.data_dir.parent), "RUN")  # no scratch path in a trace
             for path in self.data_dir.glob(f"{DB_NAME}*"):
                 path.rename(path.with_name(path.name + ".damaged"))
             self.store = SimStore.open(self.data_dir)

@@ -215,18 +215,19 @@ def test_a_partition_then_a_heal_converges_every_member_to_one_digest(make_clust
     assert lab.can_reach("executor-0", "executor-1", 4001)
     lab.partition(left, right)
     before = cluster.tree("executor-1")
-    assert not any(n.status == "done" for n in before.nodes.values())
     assert not lab.can_reach("executor-0", "executor-1", 4001)
     assert not lab.can_reach("executor-1", "scorer-0", 4001)
     # the majority side (two scorers) completes; the minority side accepts nothing new and,
-    # with no claim granted there, its executor never starts the model
+    # with no claim granted there, its executor starts no new work (a claim granted before
+    # the cut, which the cut can land after under load, may still be finished)
     cluster.wait_for("the left side to complete", lambda: cluster.tree("executor-0").complete, timeout=90)
     minority = cluster.tree("executor-1")
     assert not minority.complete
     assert set(cluster.event_ids("executor-1")) != set(cluster.event_ids("executor-0"))
-    assert {k for k, n in minority.nodes.items() if n.split or n.result} <= set(before.nodes)
-    assert not [e for e in _events(cluster, "executor-1") if e.kind == "result"
-                and e.author == cluster.procs["executor-1"].peer_id]
+    me = cluster.procs["executor-1"].peer_id
+    granted_before = {c.id for c in before.claims.values() if c.granted and c.executor == me}
+    assert all(e.body.claim in granted_before for e in _events(cluster, "executor-1")
+               if e.kind == "result" and e.author == me)
     lab.heal()
     assert lab.can_reach("executor-0", "executor-1", 4001)
     digest = cluster.wait_converged(timeout=90)
