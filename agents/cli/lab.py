@@ -131,7 +131,8 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
     finally:
         if not args.keep:
             run.close()
-    report = write_reports(report_dir, scenario, run.history, verdicts, time.perf_counter() - started)
+    report = write_reports(report_dir, scenario, run.history, verdicts, time.perf_counter() - started,
+                           run.memory_mb)
     for verdict in verdicts:
         print(f"  {verdict.status.upper():5} {verdict.invariant}: {verdict.evidence}")
     print(f"swarm chaos: {scenario.name} {'PASSED' if report['passed'] else 'FAILED'} "

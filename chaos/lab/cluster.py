@@ -185,6 +185,19 @@ class LabCluster:
     def logs(self, name: str) -> str:
         return self.members[name].container.logs().decode(errors="replace")  # type: ignore[union-attr]
 
+    def memory_mb(self, name: str) -> float | None:
+        """The member's container memory (cgroup usage less page cache), in MiB, if it runs."""
+        member = self.members[name]
+        if member.state != "running":
+            return None
+        try:
+            stats = member.container.stats(stream=False)  # type: ignore[union-attr]
+            memory = stats.get("memory_stats", {})
+            cache = memory.get("stats", {}).get("cache", 0) or memory.get("stats", {}).get("inactive_file", 0)
+            return round((memory.get("usage", 0) - cache) / 2**20, 1)
+        except docker.errors.DockerException:
+            return None
+
     def running(self) -> list[str]:
         return [n for n, m in self.members.items() if m.state in ("running", "paused")]
 

@@ -135,6 +135,7 @@ class ScenarioRun:
         self.recorder = Recorder(self.cluster, self.history, self.now)
         self._held_before: dict[str, set[str]] = {}
         self._wiped: set[str] = set()
+        self.memory_mb: dict[str, float | None] = {}  # each member's container memory at the end
         self._chosen_holder: str | None = None
 
     def now(self) -> float:
@@ -298,6 +299,7 @@ class ScenarioRun:
             record.events = read_events(member.data_dir)
             record.shown = read_shown(member.data_dir, self.t0_wall_ms)
             record.refused = read_refused(member.data_dir)
+            self.memory_mb[name] = self.cluster.memory_mb(name)
             tree = fold(record.events)
             record.digest, record.complete = tree.digest, tree.complete
             try:
@@ -310,7 +312,7 @@ class ScenarioRun:
 
 
 def write_reports(report_dir: Path, scenario: Scenario, history: History, verdicts: list[Verdict],
-                  wall_s: float) -> dict[str, object]:
+                  wall_s: float, memory_mb: dict[str, float | None] | None = None) -> dict[str, object]:
     passed = all(v.passed for v in verdicts)
     report = {
         "scenario": scenario.name,
@@ -327,7 +329,8 @@ def write_reports(report_dir: Path, scenario: Scenario, history: History, verdic
         "ended_at": history.ended_at,
         "members": {n: {"peer": m.peer, "alive": m.alive, "late": m.late, "digest": m.digest,
                         "complete": m.complete, "completed_at": m.completed_at, "events": len(m.events),
-                        "restarts": len(m.restarts), "shown": len(m.shown), "refused": m.refused}
+                        "restarts": len(m.restarts), "shown": len(m.shown), "refused": m.refused,
+                        "memory_mb": (memory_mb or {}).get(n)}
                     for n, m in history.members.items()},
         "revocations": revocations(history),
         "wall_seconds": round(wall_s, 1),
@@ -344,6 +347,9 @@ def write_reports(report_dir: Path, scenario: Scenario, history: History, verdic
              f"{history.converged_at if history.converged_at is not None else 'never'}s, run took {wall_s:.0f}s.",
              "", "| invariant | status | evidence |", "|---|---|---|"]
     lines += [f"| {v.invariant} | {v.status} | {v.evidence} |" for v in verdicts]
+    lines += ["", "## Members", "", "| member | events stored | refused (by rule) | memory (MiB) |", "|---|---:|---|---:|"]
+    lines += [f"| {n} | {len(m.events)} | {', '.join(f'{k} {v}' for k, v in sorted(m.refused.items())) or '-'} | "
+              f"{(memory_mb or {}).get(n) or '-'} |" for n, m in sorted(history.members.items())]
     lines += ["", "## Faults", "", "| at (s) | fault | detail |", "|---:|---|---|"]
     lines += [f"| {f.at:.1f} | {f.kind} | {f.detail} |" for f in history.faults]
     (report_dir / "report.md").write_text("\n".join(lines) + "\n")
