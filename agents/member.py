@@ -178,9 +178,6 @@ class Member:
             self.stats.synced_in += added
         return added
 
-    def receive(self, raw: bytes, via: str = "gossip") -> None:
-        self._take(self.intake.offer(raw), via)
-
     def screen(self, raw: bytes) -> bool:
         """The gossip topic's validator: refused bytes are counted (and logged) and not relayed."""
         refusal = self.intake.screen(raw)
@@ -205,7 +202,8 @@ class Member:
             self._log.warning("event refused", via=via, rule=answer.rule, reason=answer.reason[:300])
         return None
 
-    def _receive_one(self, raw: bytes) -> None:
+    def receive(self, raw: bytes) -> None:
+        """One gossiped payload: through the intake (counted), then stored and folded."""
         event = self._take(self.intake.offer(raw), "gossip")
         if event is not None:
             self._admit([event], "gossip")
@@ -279,7 +277,7 @@ class Member:
 
     async def _receive_loop(self) -> None:
         async for raw in self.network.gossip:
-            self._receive_one(raw)
+            self.receive(raw)
 
     async def _serve(self, stream: PeerStream) -> None:
         try:
