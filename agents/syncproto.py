@@ -5,9 +5,15 @@ One conversation, opened by the member that wants to catch up (the *puller*)::
     puller -> server   {"type": "summary", "cluster": C, "ticket": T, "authors": {...}}
     server -> puller   {"type": "offer", "ticket": T, "summary": {...}, "authors": {...}}
     puller -> server   {"type": "need", "ids": [...]}          (at most BATCH ids)
-    server -> puller   {"type": "events", "events": [...]}     (wire JSON of each)
+    server -> puller   {"type": "events", "events": [...], "rest": [...]}
     ... need / events repeat until nothing is missing ...
     puller -> server   {"type": "done"}
+
+``events`` carries the canonical bytes of each event as a JSON string, in the
+order asked, until the frame reaches ``EVENTS_BUDGET`` bytes; ``rest`` lists the
+asked ids left out for the budget (ids the server does not hold are simply
+absent), and the puller asks for them again. Each step has its own frame limit
+(``LIMITS``), so a peer can make us buffer at most that much at a time.
 
 Every member pulls from every peer it talks to, so both directions are covered
 without a push. Each side opens with its admission ticket (``T`` = ``{"peer",
@@ -29,10 +35,20 @@ from typing import Any
 
 from agents.core.admission import Credentials, TicketError
 from agents.core.sync import AuthorOffer, AuthorSummary, EventIndex, Offer, Summary
-from agents.net.base import PeerStream, StreamClosed
+from agents.net.base import MAX_FRAME_BYTES, PeerStream, StreamClosed
 
 BATCH = 500
-PROTOCOL = "/swarm/sync/1.0.0"
+PROTOCOL = "/swarm/sync/2.0.0"
+EVENTS_BUDGET = 1024 * 1024  # a server stops adding events to a frame once it is this big
+# Frame limits per message type. An events frame is its budget plus one event (32 KiB,
+# at most doubled by escaping it into a JSON string) plus framing; a need is BATCH ids.
+LIMITS = {
+    "summary": MAX_FRAME_BYTES,
+    "offer": MAX_FRAME_BYTES,
+    "need": 64 * 1024,
+    "done": 64 * 1024,
+    "events": 2 * 1024 * 1024,
+}
 
 
 class SyncProtocolError(Exception):
@@ -58,6 +74,11 @@ def _check_ticket(message: dict[str, Any], stream: PeerStream, me: Credentials) 
 
 def _encode(message: dict[str, Any]) -> bytes:
     return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+async def _receive(stream: PeerStream, expected: str | tuple[str, ...]) -> dict[str, Any]:
+    wanted = (expected,) if isinstance(expected, str) else expected
+    return _decode(await stream.receive(max(LIMITS[w] for w in wanted)), wanted)
 
 
 def _decode(frame: bytes, expected: str | tuple[str, ...]) -> dict[str, Any]:
@@ -102,7 +123,7 @@ def _offer_from(data: Any) -> Offer:
 
 async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials) -> int:
     """Answer one peer's pull from our events. Returns how many events we sent."""
-    hello = _decode(await stream.receive(), "summary")
+    hello = await _receive(stream, "summary")
     if hello.get("cluster") != me.cluster:
         raise SyncRefused(f"peer is in cluster {hello.get('cluster')!r}, we are in {me.cluster!r}")
     _check_ticket(hello, stream, me)
@@ -115,14 +136,23 @@ async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials) -> 
     }))
     sent = 0
     while True:
-        message = _decode(await stream.receive(), ("need", "done"))
+        message = await _receive(stream, ("need", "done"))
         if message["type"] == "done":
             return sent
         ids = message.get("ids")
         if not isinstance(ids, list) or len(ids) > BATCH:
             raise SyncProtocolError(f"expected a list of at most {BATCH} ids, found {type(ids).__name__}")
-        events = [e.to_wire().decode() for i in ids if isinstance(i, str) and (e := index.get(i)) is not None]
-        await stream.send(_encode({"type": "events", "events": events}))
+        events, rest, size = [], [], 0
+        for position, event_id in enumerate(ids):
+            if size >= EVENTS_BUDGET:
+                rest = [i for i in ids[position:] if isinstance(i, str)]
+                break
+            if isinstance(event_id, str) and (event := index.get(event_id)) is not None:
+                wire = event.to_wire()
+                events.append(wire.decode())
+                # its size inside the frame: quotes and backslashes gain an escape, plus '"",'
+                size += len(wire) + wire.count(b'"') + wire.count(b"\\") + 3
+        await stream.send(_encode({"type": "events", "events": events, "rest": rest}))
         sent += len(events)
 
 
@@ -132,22 +162,27 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
     Returns the raw events (unverified: run them through the intake) and the peer's summary."""
     await stream.send(_encode({"type": "summary", "cluster": me.cluster, "ticket": me.ticket.wire(),
                                "authors": _summary_json(index.summary())}))
-    reply = _decode(await stream.receive(), "offer")
+    reply = await _receive(stream, "offer")
     _check_ticket(reply, stream, me)
     theirs = _summary_from(reply.get("summary"))
     offer = _offer_from(reply.get("authors"))
     wanted = [i for o in offer.authors.values() for i in o.ids if i not in index and not known(i)]
     received: list[bytes] = []
-    for start in range(0, len(wanted), BATCH):
-        await stream.send(_encode({"type": "need", "ids": wanted[start:start + BATCH]}))
-        answer = _decode(await stream.receive(), "events")
-        events = answer.get("events")
+    while wanted:
+        asked, wanted = wanted[:BATCH], wanted[BATCH:]
+        await stream.send(_encode({"type": "need", "ids": asked}))
+        answer = await _receive(stream, "events")
+        events, rest = answer.get("events"), answer.get("rest")
         if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
             raise SyncProtocolError("expected a list of event strings in an events message")
+        if (not isinstance(rest, list) or not all(isinstance(i, str) for i in rest)
+                or not set(rest) <= set(asked) or (rest and not events)):
+            raise SyncProtocolError("expected 'rest' to list asked ids left out after at least one event")
         received.extend(e.encode() for e in events)
+        wanted = rest + wanted
     await stream.send(_encode({"type": "done"}))
     return received, theirs
 
 
-__all__ = ["BATCH", "PROTOCOL", "StreamClosed", "SyncProtocolError", "SyncRefused", "TicketError", "pull",
+__all__ = ["BATCH", "EVENTS_BUDGET", "LIMITS", "PROTOCOL", "StreamClosed", "SyncProtocolError", "SyncRefused", "TicketError", "pull",
            "serve_pull"]

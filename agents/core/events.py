@@ -323,6 +323,15 @@ def _schema_detail(error: ValidationError) -> str:
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
 
 
+def _first_difference(raw: bytes, canonical: bytes) -> str:
+    """Where received bytes first depart from the one canonical encoding of what they say."""
+    at = next((i for i, (a, b) in enumerate(zip(raw, canonical, strict=False)) if a != b), min(len(raw), len(canonical)))
+    got = raw[max(0, at - 12):at + 12].decode("utf-8", "replace")
+    want = canonical[max(0, at - 12):at + 12].decode("utf-8", "replace")
+    return (f"its bytes are not the canonical encoding of its values (PROTOCOL.md, section 2): at byte {at} "
+            f"found {got!r}, canonical is {want!r}")
+
+
 def _check_envelope(event: Event) -> None:
     ref = event.id[:16]
     expected = AUTHOR_ROLE[event.kind]
@@ -340,7 +349,9 @@ def decode_event(raw: bytes, *, verify_signature: bool = True) -> Event:
     """Parse, validate and authenticate one event from its wire bytes.
 
     Checks, in order: size, JSON, schema (strict: no extra fields, no coercion),
-    author role against kind, the chain fields, the peer id, the recomputed id,
+    canonical bytes (the received bytes must be exactly the canonical encoding of
+    the values they carry: no whitespace, sorted keys, no duplicate keys, no
+    ``2.0`` for ``2``, no omitted field), author role against kind, the chain fields, the peer id, the recomputed id,
     and the signature. Raises EventRefused naming the rule that failed.
     ``verify_signature=False`` is only for events read back from our own store,
     which were verified before they were written.
@@ -354,8 +365,13 @@ def decode_event(raw: bytes, *, verify_signature: bool = True) -> Event:
             ref = _describe(json.loads(raw))
         except (json.JSONDecodeError, UnicodeDecodeError) as json_error:
             raise EventRefused("json", f"not JSON: {json_error}") from None
+        if any(item["type"] == "json_invalid" for item in exc.errors()):
+            raise EventRefused("json", _schema_detail(exc), ref) from None
         raise EventRefused("schema", _schema_detail(exc), ref) from None
     ref = event.id[:16]
+    canonical = event.to_wire()
+    if raw != canonical:
+        raise EventRefused("canonical", _first_difference(raw, canonical), ref)
     _check_envelope(event)
     try:
         public_key_of(event.author)

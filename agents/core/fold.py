@@ -245,7 +245,7 @@ def fold(events: Iterable[Event]) -> PlanTree:
         ignored=sum(1 for e in feeds.accepted
                     if e.role == "scorer" and not any(e.author in g.scorers for g in goals)),
     )
-    return replace(tree, digest=compute_digest(tree))
+    return replace(tree, digest=compute_digest(tree, (e.id for e in feeds.accepted)))
 
 
 _ACTS = {"promise": "round", "candidate": "round", "ballot": "round", "ack": "epoch", "claim": "epoch"}

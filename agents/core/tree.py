@@ -1,7 +1,7 @@
 """The plan tree: what ``fold`` computes from an event set, and its digest.
 
 Everything here is derived from the event set alone. The digest is the sha256
-of a canonical encoding with an explicit field list (``_digest_record``): no
+of a canonical encoding with an explicit field list (``digest_record``): no
 arrival times, no local counters, no member's own identity, so two members
 holding the same events always print the same digest. Local facts (events
 refused on receipt, events held back) are reported beside the digest, never in it.
@@ -9,17 +9,17 @@ refused on receipt, events held back) are reported beside the digest, never in i
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agents.core.canonical import canonical_bytes, sha256_hex
-from agents.core.clock import Timestamp, ts_list
+from agents.core.clock import Timestamp
 from agents.core.feeds import FeedIssue
 
 NodeStatus = Literal["open", "split", "ready", "claimed", "done"]
 ProposalStatus = Literal["accepted", "draft", "extra", "waiting"]
-DIGEST_VERSION = 2
+DIGEST_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -206,40 +206,30 @@ class PlanTree:
         return sorted((c for c in self.claims.values() if c.leaf == leaf_id), key=lambda c: (c.epoch, c.id))
 
 
-def _digest_record(tree: PlanTree) -> dict[str, Any]:
+def _done(tree: PlanTree, node: Node) -> bool:
+    if node.leaf:
+        return node.result is not None
+    return node.split is not None and all(_done(tree, tree.nodes[c]) for c in node.children)
+
+
+def digest_record(tree: PlanTree, counted_ids: Iterable[str]) -> dict[str, Any]:
+    """What the digest covers (PROTOCOL.md, section 10): which events count, and every decision.
+
+    ``counted_ids`` are the ids of the events in their feeds (section 3). Derived views a
+    member may compute differently without disagreeing on anything (scores, heartbeats,
+    tallies of a round still open) stay out, so another implementation can reproduce it
+    from the protocol alone."""
     return {
         "v": DIGEST_VERSION,
-        "goals": [
-            [g.id, g.author, g.text, list(g.scorers), g.quorum, g.max_depth, g.claim_lease_ms, g.hold_limit_ms,
-             g.round_ms, ts_list(g.at)]
-            for g in tree.goals
-        ],
+        "events": sha256_hex("".join(sorted(counted_ids)).encode("ascii")),
+        "goals": sorted(g.id for g in tree.goals),
         "nodes": [
-            [n.id, n.goal, n.parent, n.depth, n.title, n.description, n.leaf, n.status, n.split, n.split_round,
-             list(n.children), n.claim, n.executor, n.epoch, ts_list(n.heartbeat), n.holder_failed, n.result,
-             n.output]
+            [n.id, n.goal, n.parent, n.depth, n.title, n.description, n.leaf, n.split, n.split_round,
+             list(n.children), n.claim, n.epoch, n.result, _done(tree, n)]
             for n in sorted(tree.nodes.values(), key=lambda n: n.id)
-        ],
-        "proposals": [
-            [p.id, p.node, p.author, p.strategy, list(p.subgoals), ts_list(p.at), p.status, p.draft_number,
-             list(p.approvals), list(p.rejections), p.score, list(p.ballots)]
-            for p in sorted(tree.proposals.values(), key=lambda p: p.id)
-        ],
-        "rounds": [
-            [r.node, r.round, r.coordinator, r.candidate, r.value, r.forced, list(r.approvals),
-             list(r.rejections), list(r.promised)]
-            for _, r in sorted(tree.rounds.items())
-        ],
-        "claims": [
-            [c.id, c.leaf, c.executor, c.epoch, ts_list(c.at), list(c.acks), c.granted]
-            for c in sorted(tree.claims.values(), key=lambda c: c.id)
-        ],
-        "results": [
-            [r.id, r.leaf, r.claim, r.executor, ts_list(r.at), r.status, r.number, list(r.ballots)]
-            for r in sorted(tree.results.values(), key=lambda r: r.id)
         ],
     }
 
 
-def compute_digest(tree: PlanTree) -> str:
-    return sha256_hex(canonical_bytes(_digest_record(tree), check=False))
+def compute_digest(tree: PlanTree, counted_ids: Iterable[str]) -> str:
+    return sha256_hex(canonical_bytes(digest_record(tree, counted_ids), check=False))

@@ -14,7 +14,9 @@ from typing import Protocol
 
 import trio
 
-MAX_FRAME_BYTES = 32 * 1024 * 1024
+# The largest frame any sync step may send (PROTOCOL.md, section 11); each step has its own,
+# smaller limit where it can (``receive(limit)``), so a peer cannot make us buffer more.
+MAX_FRAME_BYTES = 16 * 1024 * 1024
 
 
 class StreamClosed(Exception):
@@ -28,7 +30,9 @@ class PeerStream(Protocol):
 
     async def send(self, frame: bytes) -> None: ...
 
-    async def receive(self) -> bytes: ...
+    async def receive(self, limit: int = MAX_FRAME_BYTES) -> bytes:
+        """The next frame; StreamClosed when the peer announces more than ``limit`` bytes."""
+        ...
 
     async def aclose(self) -> None: ...
 

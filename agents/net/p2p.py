@@ -41,11 +41,12 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from agents.core.identity import Identity
 from agents.net.base import MAX_FRAME_BYTES, StreamClosed, StreamHandler
+from agents.syncproto import PROTOCOL as SYNC_PROTOCOL_ID
 
 log = structlog.get_logger("swarm.net")
 
 GOSSIP_PROTOCOLS = [TProtocol("/meshsub/1.2.0"), TProtocol("/meshsub/1.1.0"), TProtocol("/meshsub/1.0.0")]
-SYNC_PROTOCOL = TProtocol("/swarm/sync/1.0.0")
+SYNC_PROTOCOL = TProtocol(SYNC_PROTOCOL_ID)
 DIAL_INTERVAL = 2.0
 PING_INTERVAL = 2.0
 PING_TIMEOUT = 4.0
@@ -58,7 +59,7 @@ class Libp2pStream:
     def __init__(self, stream, peer: str) -> None:
         self._stream = stream
         self.peer = peer
-        self._buffer = b""
+        self._buffer = bytearray()  # appended in place: reassembling a frame is linear in its size
 
     async def send(self, frame: bytes) -> None:
         try:
@@ -75,13 +76,14 @@ class Libp2pStream:
             if not chunk:
                 raise StreamClosed(f"{self.peer[-8:]} closed the stream")
             self._buffer += chunk
-        data, self._buffer = self._buffer[:count], self._buffer[count:]
+        data = bytes(self._buffer[:count])
+        del self._buffer[:count]
         return data
 
-    async def receive(self) -> bytes:
+    async def receive(self, limit: int = MAX_FRAME_BYTES) -> bytes:
         size = int.from_bytes(await self._read_exactly(4), "big")
-        if size > MAX_FRAME_BYTES:
-            raise StreamClosed(f"{self.peer[-8:]} sent a {size}-byte frame (limit {MAX_FRAME_BYTES})")
+        if size > min(limit, MAX_FRAME_BYTES):
+            raise StreamClosed(f"{self.peer[-8:]} announced a {size}-byte frame (limit {min(limit, MAX_FRAME_BYTES)})")
         return await self._read_exactly(size)
 
     async def aclose(self) -> None:

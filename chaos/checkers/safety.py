@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
 from chaos.checkers.reference import Model
@@ -138,10 +139,13 @@ def claim_safety(history: History) -> Verdict:
 
 
 def duplicate_executions(history: History) -> int:
-    """Results that never counted: work an executor did twice or in vain."""
+    """Executions beyond the first on each leaf: work done twice, whichever result counts.
+
+    A leaf's only result is not a duplicate even while it waits for a quorum that a
+    stalled run (too few scorers left) never gathers: the liveness checker judges that."""
     union = _union_model(history)
-    accepted = {n.result for n in union.nodes.values() if n.result}
-    return sum(1 for r in union.results if r.id not in accepted)
+    per_leaf = Counter(r.body.leaf for r in union.results)  # type: ignore[union-attr]
+    return sum(count - 1 for count in per_leaf.values())
 
 
 def live_models(history: History) -> Iterable[tuple[MemberHistory, Model]]:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import trio
 
-from agents.net.base import PeerStream, StreamClosed, StreamHandler
+from agents.net.base import MAX_FRAME_BYTES, PeerStream, StreamClosed, StreamHandler
 
 DIAL_FAIL_S = 2.0  # how long opening a stream to an unreachable member takes to fail
 
@@ -242,13 +242,16 @@ class SimStream:
         except (trio.ClosedResourceError, trio.BrokenResourceError, trio.WouldBlock):
             raise StreamClosed(f"sync stream to {self.peer[-8:]} closed by the peer") from None
 
-    async def receive(self) -> bytes:
+    async def receive(self, limit: int = MAX_FRAME_BYTES) -> bytes:
         try:
-            return await self._inbox.receive()
+            frame = await self._inbox.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             raise StreamClosed(
                 f"sync stream to {self.peer[-8:]} {'was reset' if self.was_reset else 'closed by the peer'}"
             ) from None
+        if len(frame) > min(limit, MAX_FRAME_BYTES):
+            raise StreamClosed(f"{self.peer[-8:]} sent a {len(frame)}-byte frame (limit {min(limit, MAX_FRAME_BYTES)})")
+        return frame
 
     def reset(self) -> None:
         for end in (self, self._other):

@@ -1,0 +1,125 @@
+"""The sync conversation over a stream: byte budgets per frame, strict replies, admission first."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+
+from agents.core.clock import Timestamp
+from agents.core.events import ResultBody, sign_event
+from agents.core.sync import EventIndex
+from agents.net.base import StreamClosed
+from agents.syncproto import EVENTS_BUDGET, LIMITS, SyncProtocolError, pull, serve_pull
+from tests.builders import credentials, ticket_sig
+
+
+class Pipe:
+    """One end of an in-memory frame pipe that records every frame it sends."""
+
+    def __init__(self, peer: str, inbox, outbox) -> None:
+        self.peer, self._inbox, self._outbox = peer, inbox, outbox
+        self.sent: list[bytes] = []
+
+    async def send(self, frame: bytes) -> None:
+        self.sent.append(frame)
+        await self._outbox.send(frame)
+
+    async def receive(self, limit: int = 1 << 30) -> bytes:
+        try:
+            frame = await self._inbox.receive()
+        except trio.EndOfChannel:
+            raise StreamClosed("closed") from None
+        if len(frame) > limit:
+            raise StreamClosed(f"a {len(frame)}-byte frame (limit {limit})")
+        return frame
+
+    async def aclose(self) -> None:
+        await self._outbox.aclose()
+
+
+def pipes(puller: str, server: str) -> tuple[Pipe, Pipe]:
+    to_server, server_inbox = trio.open_memory_channel[bytes](100)
+    to_puller, puller_inbox = trio.open_memory_channel[bytes](100)
+    return Pipe(server, puller_inbox, to_server), Pipe(puller, server_inbox, to_puller)
+
+
+def big_results(count: int) -> list:
+    """``count`` results of about 8 KiB each, every one a different event of one feed."""
+    me = credentials("executor-big", "executor")
+    events, prev = [], None
+    for seq in range(1, count + 1):
+        body = ResultBody(leaf="ab" * 32, claim="cd" * 32, output=f"{seq} " + "\"quoted\" " * 880)
+        event = sign_event(me.identity, "executor", seq, prev, Timestamp(seq, 0), body,
+                           ticket_sig(me.identity.peer_id, "executor"))
+        events.append(event)
+        prev = event.id
+    return events
+
+
+async def _converse(server_index: EventIndex, puller_index: EventIndex) -> tuple[list[bytes], Pipe]:
+    me, them = credentials("puller", "observer"), credentials("server", "scorer")
+    near, far = pipes(me.identity.peer_id, them.identity.peer_id)
+    result: list[list[bytes]] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_pull, far, server_index, them)
+        received, _summary = await pull(near, puller_index, me)
+        result.append(received)
+    return result[0], far
+
+
+def test_events_frames_stay_within_their_budget_and_everything_still_arrives() -> None:
+    events = big_results(400)  # about 3.6 MB of canonical bytes, doubled quotes when escaped
+    received, server_end = trio.run(_converse, EventIndex(events), EventIndex())
+    assert sorted(received) == sorted(e.to_wire() for e in events)
+    frames = [json.loads(f) for f in server_end.sent]
+    event_frames = [(f, raw) for f, raw in zip(frames, server_end.sent, strict=True) if f["type"] == "events"]
+    assert len(event_frames) > 3, "one need of 400 ids must be answered over several budgeted frames"
+    assert all(len(raw) <= LIMITS["events"] for _f, raw in event_frames)
+    assert all(len(raw) <= EVENTS_BUDGET + 2 * 32 * 1024 + 1024 for _f, raw in event_frames)
+    assert any(f["rest"] for f, _raw in event_frames)
+
+
+def test_a_server_that_leaves_everything_for_later_is_a_protocol_error_not_a_loop() -> None:
+    async def main() -> None:
+        me, them = credentials("puller", "observer"), credentials("server", "scorer")
+        near, far = pipes(me.identity.peer_id, them.identity.peer_id)
+        server_index = EventIndex(big_results(2))
+
+        async def stubborn_server() -> None:
+            await far.receive()
+            offer = server_index.offer_for(EventIndex().summary())
+            assert offer is not None
+            await far.send(json.dumps({
+                "type": "offer", "ticket": them.ticket.wire(), "summary": {},
+                "authors": {a: [o.after_seq, list(o.ids)] for a, o in offer.authors.items()},
+            }).encode())
+            need = json.loads(await far.receive())
+            await far.send(json.dumps({"type": "events", "events": [], "rest": need["ids"]}).encode())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stubborn_server)
+            with pytest.raises(SyncProtocolError, match="rest"):
+                await pull(near, EventIndex(), me)
+
+    trio.run(main)
+
+
+def test_an_oversized_need_is_refused_before_it_is_read() -> None:
+    async def main() -> None:
+        me, them = credentials("puller", "observer"), credentials("server", "scorer")
+        near, far = pipes(me.identity.peer_id, them.identity.peer_id)
+
+        async def greedy_puller() -> None:
+            await near.send(json.dumps({"type": "summary", "cluster": me.cluster, "ticket": me.ticket.wire(),
+                                        "authors": {}}).encode())
+            await near.receive()
+            await near.send(json.dumps({"type": "need", "ids": ["ab" * 32] * 5000}).encode())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(greedy_puller)
+            with pytest.raises(StreamClosed, match="limit"):
+                await serve_pull(far, EventIndex(), them)
+
+    trio.run(main)
