@@ -323,6 +323,55 @@ def _schema_detail(error: ValidationError) -> str:
     return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
 
 
+class _FractionFound(ValueError):
+    pass
+
+
+def _no_fractions(text: str) -> int:
+    raise _FractionFound(text)
+
+
+def _fraction(raw: bytes) -> str | None:
+    """Why ``raw`` is not this protocol's JSON for having a number with a fraction or an
+    exponent (``2.0``, ``2e0``): there are only integers. None when it has none."""
+    try:
+        json.loads(raw, parse_float=_no_fractions, parse_constant=_no_fractions)
+    except _FractionFound as found:
+        return f"the number {found} has a fraction or an exponent; this protocol's numbers are integers"
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    return None
+
+
+def _missing(sent: Any, canonical: Any, path: str) -> str | None:
+    """The first field the canonical encoding has and the sender left out."""
+    if isinstance(sent, dict) and isinstance(canonical, dict):
+        for key in sorted(canonical):
+            if key not in sent:
+                return f"{path}{key}"
+            found = _missing(sent[key], canonical[key], f"{path}{key}.")
+            if found:
+                return found
+    if isinstance(sent, list) and isinstance(canonical, list):
+        for index, (a, b) in enumerate(zip(sent, canonical, strict=False)):
+            found = _missing(a, b, f"{path}{index}.")
+            if found:
+                return found
+    return None
+
+
+def _not_canonical(raw: bytes, canonical: bytes, ref: str) -> EventRefused:
+    """The refusal for bytes that parsed to valid values but are not their canonical encoding:
+    a fraction is ``json``, a left-out field ``schema`` (no field is implied by its absence),
+    anything else (spacing, key order, a duplicate key, an escape) ``canonical``."""
+    if (fraction := _fraction(raw)) is not None:
+        return EventRefused("json", fraction, ref)
+    missing = _missing(json.loads(raw), json.loads(canonical), "")
+    if missing is not None:
+        return EventRefused("schema", f"{missing}: field required (no field is implied by its absence)", ref)
+    return EventRefused("canonical", _first_difference(raw, canonical), ref)
+
+
 def _first_difference(raw: bytes, canonical: bytes) -> str:
     """Where received bytes first depart from the one canonical encoding of what they say."""
     at = next((i for i, (a, b) in enumerate(zip(raw, canonical, strict=False)) if a != b), min(len(raw), len(canonical)))
@@ -367,11 +416,13 @@ def decode_event(raw: bytes, *, verify_signature: bool = True) -> Event:
             raise EventRefused("json", f"not JSON: {json_error}") from None
         if any(item["type"] == "json_invalid" for item in exc.errors()):
             raise EventRefused("json", _schema_detail(exc), ref) from None
+        if (fraction := _fraction(raw)) is not None:
+            raise EventRefused("json", fraction, ref) from None
         raise EventRefused("schema", _schema_detail(exc), ref) from None
     ref = event.id[:16]
     canonical = event.to_wire()
     if raw != canonical:
-        raise EventRefused("canonical", _first_difference(raw, canonical), ref)
+        raise _not_canonical(raw, canonical, ref)
     _check_envelope(event)
     try:
         public_key_of(event.author)

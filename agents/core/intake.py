@@ -66,6 +66,9 @@ class Intake:
         self._held_by_author: Counter[str] = Counter()
         self._later: OrderedDict[str, int] = OrderedDict()  # refused for now: id -> its ms
         self._bad: OrderedDict[str, str] = OrderedDict()  # refused for good: id -> rule
+        # bytes that did not decode, by their sha256 (never by the id they claim, which anyone
+        # could copy to get an honest event refused): the same bad bytes are counted once
+        self._bad_bytes: OrderedDict[bytes, str] = OrderedDict()
         self._screened: OrderedDict[bytes, Event] = OrderedDict()  # raw digest -> event, for offer()
         self.refused: Counter[str] = Counter()  # by rule, each event once
 
@@ -102,6 +105,14 @@ class Intake:
                 self._remember(self._later, event_id, later_ms)
         return Refused(rule, reason, first)
 
+    def _refuse_bytes(self, raw: bytes, exc: EventRefused) -> Refused:
+        digest = hashlib.sha256(raw).digest()
+        first = digest not in self._bad_bytes
+        if first:
+            self.refused[exc.rule] += 1
+        self._remember(self._bad_bytes, digest, exc.rule)  # type: ignore[arg-type]
+        return Refused(exc.rule, str(exc), first)
+
     def screen(self, raw: bytes) -> Refused | None:
         """The gossip validator: None when these bytes may be relayed, else the refusal
         (counted by rule, once per event). Decodes, verifies and checks the ticket; does not
@@ -110,7 +121,7 @@ class Intake:
         try:
             event = decode_event(raw)
         except EventRefused as exc:
-            return self._refuse(exc.rule, str(exc), None)
+            return self._refuse_bytes(raw, exc)
         if event.id in self._bad:
             return Refused(self._bad[event.id], f"event {event.id[:16]} was refused before", False)
         if self.gate is not None and not self.gate.admits(event.author, event.role, event.ticket):
@@ -127,8 +138,7 @@ class Intake:
             try:
                 event = decode_event(raw)
             except EventRefused as exc:
-                # only a recomputed id is trustworthy: unparseable bytes are counted each time
-                return self._refuse(exc.rule, str(exc), None)
+                return self._refuse_bytes(raw, exc)
         return self.admit(event)
 
     def admit(self, event: Event) -> Admission:

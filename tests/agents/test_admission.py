@@ -46,6 +46,20 @@ def test_a_ticket_that_does_not_admit_the_author_in_this_role_here_is_refused_on
     assert intake.screen(event.to_wire()) is not None  # and gossip does not relay it
 
 
+def test_the_same_undecodable_bytes_are_counted_once_and_never_block_the_real_event() -> None:
+    event = Feed("alice", "decomposer").at(100, PROPOSAL)
+    spaced = json.dumps(json.loads(event.to_wire()), sort_keys=True).encode()  # same id, not canonical
+    intake = _intake()
+    first, again = intake.offer(spaced), intake.screen(spaced)
+    assert isinstance(first, Refused) and first.rule == "canonical" and first.first
+    assert isinstance(again, Refused) and not again.first
+    assert isinstance(intake.offer(b"{garbage"), Refused)
+    assert intake.refused == {"canonical": 1, "json": 1}
+    # the bad copy is remembered by its bytes, not by the id it carries: the real one gets in
+    assert not intake.knows(event.id)
+    assert isinstance(intake.offer(event.to_wire()), Admitted)
+
+
 def test_the_gate_names_what_is_wrong_with_a_ticket() -> None:
     ticket = issue(AUTHORITY, CLUSTER, identity("alice").peer_id, "scorer")
     Gate(CLUSTER, AUTHORITY.peer_id).check(ticket)
