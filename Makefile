@@ -9,7 +9,7 @@ SEED ?= 0
 SEEDS ?= 300
 FAULTS ?= all
 
-.PHONY: install install-core test test-fast bench lint swarm swarm-down admit engine image toxiproxy chaos sim wheels quality clean
+.PHONY: install install-core js-deps vectors test test-fast bench lint swarm swarm-down admit engine image toxiproxy chaos sim wheels quality clean
 
 # The local model: llama-cpp-python is only on PyPI as source (it compiles llama.cpp,
 # about 4 minutes on 2 cores), so its wheel is built once, portable (no -march=native),
@@ -39,11 +39,23 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
+# The second implementation of PROTOCOL.md (tests/js, js-libp2p), pinned by its lockfile.
+js-deps: tests/js/node_modules/.installed
+tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.json
+	@command -v node >/dev/null && command -v npm >/dev/null || { \
+	  echo "Node.js 20+ and npm are needed for the interop tests: apt-get install nodejs npm"; exit 2; }
+	cd tests/js && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# The protocol's test vectors (tests/vectors/protocol.json), rewritten from this implementation.
+vectors: install-core
+	$(BIN)/python -m tests.vectors.generate
+
 # The lab tests start containers: the engine, image and Toxiproxy come first.
-test: install image toxiproxy
+test: install js-deps image toxiproxy
 	$(BIN)/pytest -q
 
-test-fast: install
+test-fast: install js-deps
 	$(BIN)/pytest -q -m "not slow"
 
 bench: install image toxiproxy

@@ -37,7 +37,7 @@ from agents.core.sync import EventIndex
 from agents.core.transitions import Transition, changes
 from agents.core.tree import PlanTree
 from agents.llm.base import Backend
-from agents.net.base import Network, PeerStream, StreamClosed
+from agents.net.base import FrameTooLarge, Network, PeerStream, StreamClosed
 from agents.ownfeed import OwnFeed
 from agents.roles import POLICIES, THINKING, Intent, Me, Renew
 from agents.roles.compose import compose, latency_key
@@ -85,6 +85,7 @@ class MemberStats:
     refused: int = 0  # events refused, each counted once (by rule in ``Intake.refused``)
     sync_refused: int = 0  # sync conversations refused: the peer holds no valid ticket
     sync_timeouts: int = 0  # pulls abandoned at their deadline (a stalled or hostile peer)
+    sync_violations: int = 0  # conversations a peer broke: an oversized frame, a malformed message
     held: int = 0
     synced_in: int = 0
     published: int = 0
@@ -289,7 +290,10 @@ class Member:
         except SyncRefused as exc:
             self.stats.sync_refused += 1
             self._log.warning("sync refused", peer=stream.peer[-8:], reason=str(exc)[:200])
-        except (StreamClosed, SyncProtocolError) as exc:
+        except (FrameTooLarge, SyncProtocolError) as exc:
+            self.stats.sync_violations += 1
+            self._log.warning("sync peer broke the protocol", peer=stream.peer[-8:], reason=str(exc)[:200])
+        except StreamClosed as exc:
             self._log.debug("sync serve ended", peer=stream.peer[-8:], reason=str(exc)[:200])
 
     async def pull_from(self, peer: str) -> int:
@@ -311,7 +315,11 @@ class Member:
             self.stats.sync_refused += 1
             self._log.warning("sync refused", peer=peer[-8:], reason=str(exc)[:200])
             return 0
-        except (StreamClosed, SyncProtocolError) as exc:
+        except (FrameTooLarge, SyncProtocolError) as exc:
+            self.stats.sync_violations += 1
+            self._log.warning("sync peer broke the protocol", peer=peer[-8:], reason=str(exc)[:200])
+            return 0
+        except StreamClosed as exc:
             self._log.info("sync failed", peer=peer[-8:], reason=str(exc)[:200])
             return 0
         finally:

@@ -6,6 +6,7 @@ scripts): keys are only ever added, never renamed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from agents.core.clock import ts_list
@@ -52,7 +53,8 @@ def render_tree(tree: PlanTree, *, outputs: bool = True) -> str:
     return "\n".join(lines)
 
 
-def summary(tree: PlanTree, refused: int = 0, reorganisations: int | None = None) -> str:
+def summary(tree: PlanTree, refused: int = 0, reorganisations: int | None = None,
+            by_rule: Mapping[str, int] | None = None) -> str:
     leaves = tree.leaves()
     done = sum(1 for n in leaves if n.status == "done")
     parts = [
@@ -62,7 +64,8 @@ def summary(tree: PlanTree, refused: int = 0, reorganisations: int | None = None
     ]
     if tree.pending:
         parts.append(f"{tree.pending} pending")
-    parts.append(f"{refused} refused")
+    rules = ", ".join(f"{rule} {count}" for rule, count in sorted((by_rule or {}).items()) if count)
+    parts.append(f"{refused} refused" + (f" ({rules})" if rules else ""))
     if reorganisations is not None:
         parts.append(f"{reorganisations} reorganisations")
     if tree.duplicate_results:
@@ -74,7 +77,8 @@ def summary(tree: PlanTree, refused: int = 0, reorganisations: int | None = None
     return " | ".join(parts)
 
 
-def plan_json(tree: PlanTree, *, refused: int = 0, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def plan_json(tree: PlanTree, *, refused: int = 0, extra: dict[str, Any] | None = None,
+              by_rule: Mapping[str, int] | None = None) -> dict[str, Any]:
     first = tree.goals[0] if tree.goals else None
     record: dict[str, Any] = {
         "goal": first.text if first else None,
@@ -129,6 +133,7 @@ def plan_json(tree: PlanTree, *, refused: int = 0, extra: dict[str, Any] | None 
         "events": tree.events,
         "pending": tree.pending,
         "refused": refused,
+        "refused_by_rule": dict(sorted((by_rule or {}).items())),
         "duplicate_results": tree.duplicate_results,
         "ignored": tree.ignored,
         "equivocators": sorted(tree.equivocators),

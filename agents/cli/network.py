@@ -6,6 +6,7 @@ import argparse
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import structlog
@@ -250,7 +251,8 @@ def cmd_observe(args: argparse.Namespace) -> int:
     assert isinstance(member, Member)
     member.close()
     tree = member.tree
-    _emit(tree, args, refused=member.stats.refused, reorganisations=member.stats.reorganisations)
+    _emit(tree, args, refused=member.stats.refused, reorganisations=member.stats.reorganisations,
+          by_rule=member.intake.refused)
     store.close()
     if args.until_complete and not tree.complete:
         print(f"swarm observe: the plan is not complete after {args.timeout:g} s", file=sys.stderr)
@@ -271,16 +273,17 @@ def _progress(member: Member) -> str:
             + (" - complete" if tree.complete else ""))
 
 
-def _emit(tree, args: argparse.Namespace, refused: int, reorganisations: int | None = None) -> None:
+def _emit(tree, args: argparse.Namespace, refused: int, reorganisations: int | None = None,
+          by_rule: Mapping[str, int] | None = None) -> None:
     from agents.cli.main import _write_json, write_atomically
 
     if getattr(args, "json", None):
         extra = {"reorganisations": reorganisations} if reorganisations is not None else None
-        _write_json(Path(args.json), plan_json(tree, refused=refused, extra=extra))
+        _write_json(Path(args.json), plan_json(tree, refused=refused, extra=extra, by_rule=by_rule))
     if getattr(args, "md", None):
         write_atomically(Path(args.md), plan_markdown(tree).encode())
     print(render_tree(tree))
-    print(summary(tree, refused=refused, reorganisations=reorganisations))
+    print(summary(tree, refused=refused, reorganisations=reorganisations, by_rule=by_rule))
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -290,10 +293,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     try:
         with EventStore.open(data_dir) as store:
             tree = fold(store.events())
-            refused = store.counters().get("refused", 0)
+            counters = store.counters()
     except StoreError as exc:
         raise CommandError(str(exc)) from None
-    _emit(tree, args, refused=refused)
+    by_rule = {name.split(":", 1)[1]: n for name, n in counters.items() if name.startswith("refused:")}
+    _emit(tree, args, refused=counters.get("refused", 0), by_rule=by_rule)
     return 0
 
 

@@ -23,6 +23,10 @@ class StreamClosed(Exception):
     """The peer closed or reset the stream, or sent a frame that breaks the framing."""
 
 
+class FrameTooLarge(StreamClosed):
+    """The peer announced a frame over the step's limit: the stream ends before it is read."""
+
+
 class PeerStream(Protocol):
     """A reliable, ordered conversation with one peer, in whole frames."""
 

@@ -40,7 +40,7 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from libp2p.tools.anyio_service import background_trio_service
 
 from agents.core.identity import Identity
-from agents.net.base import MAX_FRAME_BYTES, StreamClosed, StreamHandler
+from agents.net.base import MAX_FRAME_BYTES, FrameTooLarge, StreamClosed, StreamHandler
 from agents.syncproto import PROTOCOL as SYNC_PROTOCOL_ID
 
 log = structlog.get_logger("swarm.net")
@@ -83,7 +83,7 @@ class Libp2pStream:
     async def receive(self, limit: int = MAX_FRAME_BYTES) -> bytes:
         size = int.from_bytes(await self._read_exactly(4), "big")
         if size > min(limit, MAX_FRAME_BYTES):
-            raise StreamClosed(f"{self.peer[-8:]} announced a {size}-byte frame (limit {min(limit, MAX_FRAME_BYTES)})")
+            raise FrameTooLarge(f"{self.peer[-8:]} announced a {size}-byte frame (limit {min(limit, MAX_FRAME_BYTES)})")
         return await self._read_exactly(size)
 
     async def aclose(self) -> None:

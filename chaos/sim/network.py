@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import trio
 
-from agents.net.base import MAX_FRAME_BYTES, PeerStream, StreamClosed, StreamHandler
+from agents.net.base import MAX_FRAME_BYTES, FrameTooLarge, PeerStream, StreamClosed, StreamHandler
 
 DIAL_FAIL_S = 2.0  # how long opening a stream to an unreachable member takes to fail
 
@@ -250,7 +250,7 @@ class SimStream:
                 f"sync stream to {self.peer[-8:]} {'was reset' if self.was_reset else 'closed by the peer'}"
             ) from None
         if len(frame) > min(limit, MAX_FRAME_BYTES):
-            raise StreamClosed(f"{self.peer[-8:]} sent a {len(frame)}-byte frame (limit {min(limit, MAX_FRAME_BYTES)})")
+            raise FrameTooLarge(f"{self.peer[-8:]} sent a {len(frame)}-byte frame (limit {min(limit, MAX_FRAME_BYTES)})")
         return frame
 
     def reset(self) -> None:

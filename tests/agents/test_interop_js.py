@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.cli.plan import Proc, free_port, start_agent
+from agents.cli.plan import Proc, free_port, start_agent, swarm_command
 from agents.core.fold import fold
 from agents.core.identity import Identity
 from agents.keyfile import load_or_create
@@ -132,6 +132,8 @@ def test_a_javascript_client_submits_follows_the_plan_and_serves_a_python_late_j
             return total
         assert js.first("sent-malformed") is not None
         cluster.wait_for("a Python member to count the malformed goal", lambda: refused_canonical() >= 1, 30)
+        counted = next(n for n in names if "canonical" in _inspect(cluster.procs[n].data_dir))
+        assert "refused (canonical 1)" in _inspect(cluster.procs[counted].data_dir)  # what an operator sees
         assert {e for n in names for e in cluster.event_ids(n)} == cluster.event_ids(names[0])
 
         # a Python observer that knows only the JavaScript member catches up from it by sync
@@ -157,3 +159,10 @@ def test_a_javascript_client_submits_follows_the_plan_and_serves_a_python_late_j
         if js is not None:
             js.stop()
         cluster.stop()
+
+
+def _inspect(data_dir: Path) -> str:
+    run = subprocess.run([*swarm_command(), "inspect", str(data_dir)], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout.splitlines()[-1]

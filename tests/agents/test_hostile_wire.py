@@ -1,0 +1,90 @@
+"""A hostile peer on the wire, against real member processes on loopback (PROTOCOL.md, section 11).
+
+The peer (``chaos.lab.hostile_peer``, never admitted) announces 2^32-1-byte sync frames,
+sends garbage and forged tickets, gossips sybil events, and accepts every pull members
+open to it without ever answering. Members must drop it at their deadlines, keep
+syncing with each other, complete the plan, and hold their memory.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from agents.cli.plan import free_port
+from agents.store import EventStore
+from tests.cluster import LocalCluster
+
+pytestmark = pytest.mark.slow
+ATTACK_S = 20
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def _log_records(path: Path) -> list[dict]:
+    records = []
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue
+    return records
+
+
+def test_a_peer_that_stalls_pulls_and_announces_huge_frames_costs_neither_memory_nor_progress(tmp_path) -> None:
+    cluster = LocalCluster(tmp_path, f"hostile-{tmp_path.name}")
+    names = cluster.shape(1, 3, 1)
+    hostile = None
+    try:
+        cluster.start()
+        pids = {n: cluster.procs[n].process.pid for n in names}  # type: ignore[union-attr]
+        before = {n: _rss_mb(pid) for n, pid in pids.items()}
+        hostile = subprocess.Popen(
+            [sys.executable, "-m", "chaos.lab.hostile_peer", "--cluster", cluster.name,
+             "--listen", f"/ip4/127.0.0.1/tcp/{free_port()}", "--seconds", str(ATTACK_S),
+             *[a for n in names for a in ("--bootstrap", cluster.procs[n].address)]],
+            stdout=subprocess.PIPE, stderr=open(tmp_path / "hostile.log", "w"), text=True)  # noqa: SIM115
+        peak = dict(before)
+        stop_sampling = threading.Event()
+
+        def sample() -> None:
+            while not stop_sampling.wait(0.2):
+                for name, pid in pids.items():
+                    peak[name] = max(peak[name], _rss_mb(pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        cluster.submit("Plan a two-week trip to Japan")
+        cluster.wait_for("the plan to complete under attack",
+                         lambda: all(cluster.tree(n).complete for n in names), timeout=120)
+        sent = json.loads(hostile.communicate(timeout=ATTACK_S + 60)[0].strip().splitlines()[-1])
+        stop_sampling.set()
+        sampler.join()
+        cluster.wait_converged(names)
+
+        assert sent["gossip"] > 0 and sent["sync"] + sent["sync_dropped"] > 0, sent
+        records = [r for n in names for r in _log_records(cluster.procs[n].data_dir / "agent.log")]
+        # the pulls it accepted and never answered were dropped at the deadline
+        assert any(r.get("event") == "sync pull timed out" for r in records), "no member dropped a stalled pull"
+        # the frames announcing 2^32-1 bytes ended their streams before anything was read
+        assert any("4294967295-byte frame" in json.dumps(r) for r in records), "no member saw the absurd frame"
+        for name in names:
+            with EventStore.open(cluster.procs[name].data_dir) as store:
+                counters = store.counters()
+            assert counters.get("refused:ticket", 0) > 0, (name, counters)  # sybil events counted, none stored
+            assert peak[name] - before[name] < 150, f"{name} grew from {before[name]:.0f} to {peak[name]:.0f} MB"
+    finally:
+        if hostile is not None and hostile.poll() is None:
+            hostile.kill()
+        cluster.stop()
