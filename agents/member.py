@@ -48,6 +48,7 @@ log = structlog.get_logger("swarm.member")
 
 SYNC_INTERVAL = 3.0
 PULL_DEADLINE = 10.0  # a whole pull from one peer; past it the stream is dropped
+MAX_SERVING = 16  # sync streams served at once: each may hold one frame in reassembly
 MUTE_WARNING_S = 30.0  # how often a member that cannot sign yet says why
 ACT_INTERVAL = 0.25
 RENEW_SPACING_FRACTION = 0.25  # at most one renewal per quarter lease
@@ -130,6 +131,7 @@ class Member:
         self.backend = backend
         self.clock = HybridClock(now_ms)
         self.intake = Intake(self.clock, credentials.gate)
+        self._serving = 0  # sync streams being served now (MAX_SERVING at once)
         self.author = (Author(identity, role, self.clock, credentials.ticket.sig)  # type: ignore[arg-type]
                        if role != "observer" else None)
         self.me = Me(identity.peer_id, role, strategy)  # type: ignore[arg-type]
@@ -281,6 +283,11 @@ class Member:
             self.receive(raw)
 
     async def _serve(self, stream: PeerStream) -> None:
+        if self._serving >= MAX_SERVING:  # what peers can make us buffer stays bounded
+            self.stats.sync_violations += 1
+            self._log.warning("sync refused: too many streams at once", peer=stream.peer[-8:], limit=MAX_SERVING)
+            return
+        self._serving += 1
         try:
             with trio.fail_after(PULL_DEADLINE):  # a puller that stalls holds nothing for long
                 await serve_pull(stream, self.index, self.credentials)
@@ -295,16 +302,20 @@ class Member:
             self._log.warning("sync peer broke the protocol", peer=stream.peer[-8:], reason=str(exc)[:200])
         except StreamClosed as exc:
             self._log.debug("sync serve ended", peer=stream.peer[-8:], reason=str(exc)[:200])
+        finally:
+            self._serving -= 1
 
     async def pull_from(self, peer: str) -> int:
         """Pull what ``peer`` has and we lack. Returns how many new events we stored."""
+        deadline = trio.current_time() + PULL_DEADLINE  # the dial counts: a peer that stalls costs one pull
         try:
-            stream = await self.network.open_stream(peer)
-        except StreamClosed as exc:
-            self._log.debug("sync open failed", peer=peer[-8:], reason=str(exc)[:200])
+            with trio.fail_at(deadline):
+                stream = await self.network.open_stream(peer)
+        except (StreamClosed, trio.TooSlowError) as exc:
+            self._log.debug("sync open failed", peer=peer[-8:], reason=repr(exc)[:200])
             return 0
         try:
-            with trio.fail_after(PULL_DEADLINE):  # a peer that stalls costs only its own pull
+            with trio.fail_at(deadline):
                 raws, _ = await pull(stream, self.index, self.credentials,
                                      known=lambda event_id: self.intake.knows(event_id))
         except trio.TooSlowError:
@@ -329,8 +340,7 @@ class Member:
             try:
                 answer = self.intake.admit(decode_event(raw))
             except EventRefused as exc:
-                answer = Refused(exc.rule, str(exc))
-                self.intake.refused[exc.rule] += 1
+                answer = self.intake.refuse_bytes(raw, exc)  # the same bad bytes count once
             event = self._take(answer, "sync")
             if event is not None:
                 events.append(event)

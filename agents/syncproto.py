@@ -43,7 +43,7 @@ EVENTS_BUDGET = 1024 * 1024  # a server stops adding events to a frame once it i
 # Frame limits per message type. An events frame is its budget plus one event (32 KiB,
 # at most doubled by escaping it into a JSON string) plus framing; a need is BATCH ids.
 LIMITS = {
-    "summary": MAX_FRAME_BYTES,
+    "summary": 1024 * 1024,  # read before the peer's ticket is checked: ~7,000 authors
     "offer": MAX_FRAME_BYTES,
     "need": 64 * 1024,
     "done": 64 * 1024,
@@ -85,8 +85,8 @@ def _decode(frame: bytes, expected: str | tuple[str, ...]) -> dict[str, Any]:
     wanted = (expected,) if isinstance(expected, str) else expected
     try:
         message = json.loads(frame)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SyncProtocolError(f"expected a JSON {'/'.join(wanted)} message, got undecodable bytes: {exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise SyncProtocolError(f"expected a JSON {'/'.join(wanted)} message, got undecodable bytes: {exc!r:.120}") from None
     if not isinstance(message, dict) or message.get("type") not in wanted:
         found = message.get("type") if isinstance(message, dict) else type(message).__name__
         raise SyncProtocolError(f"expected a {'/'.join(wanted)} message, found {found!r}")
@@ -145,7 +145,7 @@ async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials) -> 
         events, rest, size = [], [], 0
         for position, event_id in enumerate(ids):
             if size >= EVENTS_BUDGET:
-                rest = [i for i in ids[position:] if isinstance(i, str)]
+                rest = [i for i in ids[position:] if isinstance(i, str) and i in index]
                 break
             if isinstance(event_id, str) and (event := index.get(event_id)) is not None:
                 wire = event.to_wire()
@@ -178,7 +178,10 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
         if (not isinstance(rest, list) or not all(isinstance(i, str) for i in rest)
                 or not set(rest) <= set(asked) or (rest and not events)):
             raise SyncProtocolError("expected 'rest' to list asked ids left out after at least one event")
-        received.extend(e.encode() for e in events)
+        try:
+            received.extend(e.encode() for e in events)
+        except UnicodeEncodeError:
+            raise SyncProtocolError("an event string holds a lone surrogate: no event's bytes can") from None
         wanted = rest + wanted
     await stream.send(_encode({"type": "done"}))
     return received, theirs

@@ -52,8 +52,11 @@ ROLES: tuple[Role, ...] = ("client", "decomposer", "scorer", "executor", "observ
 
 Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 PeerIdText = Annotated[str, StringConstraints(pattern=r"^12D3KooW[1-9A-HJ-NP-Za-km-z]{44}$")]
-Signature = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9+/]{86}==$")]
-Score = Literal[1, 2, 3, 4, 5]
+# 64 bytes in base64: the last character before "==" carries 2 bits, so only A, Q, g, w
+# spell it canonically (any other would decode to the same bytes: 16 spellings of one event)
+SIGNATURE_PATTERN = r"^[A-Za-z0-9+/]{85}[AQgw]==$"
+Signature = Annotated[str, StringConstraints(pattern=SIGNATURE_PATTERN)]
+Score = Annotated[int, Field(ge=1, le=5)]  # strict: true is not 1
 Round = Annotated[int, Field(ge=1, le=MAX_ROUND)]
 IdList = Annotated[tuple[Hex64, ...], Field(max_length=MAX_ROSTER)]
 
@@ -85,6 +88,11 @@ class GoalBody(_Strict):
     def _roster(self) -> GoalBody:
         if list(self.scorers) != sorted(set(self.scorers)):
             raise ValueError("scorers must be distinct peer ids in sorted order")
+        for scorer in self.scorers:
+            try:
+                public_key_of(scorer)
+            except BadPeerIdError as exc:
+                raise ValueError(f"scorer {scorer}: {exc}") from None
         if not (2 * self.quorum > len(self.scorers) and self.quorum <= len(self.scorers)):
             raise ValueError(f"quorum {self.quorum} must be a majority of the {len(self.scorers)} scorers "
                              "(2 x quorum > scorers, quorum <= scorers)")
@@ -414,6 +422,8 @@ def decode_event(raw: bytes, *, verify_signature: bool = True) -> Event:
             ref = _describe(json.loads(raw))
         except (json.JSONDecodeError, UnicodeDecodeError) as json_error:
             raise EventRefused("json", f"not JSON: {json_error}") from None
+        except RecursionError:  # nesting no event has; the schema parser stops at 200 levels
+            raise EventRefused("json", "nested too deeply") from None
         if any(item["type"] == "json_invalid" for item in exc.errors()):
             raise EventRefused("json", _schema_detail(exc), ref) from None
         if (fraction := _fraction(raw)) is not None:

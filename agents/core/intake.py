@@ -105,7 +105,8 @@ class Intake:
                 self._remember(self._later, event_id, later_ms)
         return Refused(rule, reason, first)
 
-    def _refuse_bytes(self, raw: bytes, exc: EventRefused) -> Refused:
+    def refuse_bytes(self, raw: bytes, exc: EventRefused) -> Refused:
+        """Count bytes that did not decode, once per distinct bytes."""
         digest = hashlib.sha256(raw).digest()
         first = digest not in self._bad_bytes
         if first:
@@ -121,7 +122,7 @@ class Intake:
         try:
             event = decode_event(raw)
         except EventRefused as exc:
-            return self._refuse_bytes(raw, exc)
+            return self.refuse_bytes(raw, exc)
         if event.id in self._bad:
             return Refused(self._bad[event.id], f"event {event.id[:16]} was refused before", False)
         if self.gate is not None and not self.gate.admits(event.author, event.role, event.ticket):
@@ -138,7 +139,7 @@ class Intake:
             try:
                 event = decode_event(raw)
             except EventRefused as exc:
-                return self._refuse_bytes(raw, exc)
+                return self.refuse_bytes(raw, exc)
         return self.admit(event)
 
     def admit(self, event: Event) -> Admission:

@@ -79,6 +79,8 @@ def test_a_peer_that_stalls_pulls_and_announces_huge_frames_costs_neither_memory
         assert any(r.get("event") == "sync pull timed out" for r in records), "no member dropped a stalled pull"
         # the frames announcing 2^32-1 bytes ended their streams before anything was read
         assert any("4294967295-byte frame" in json.dumps(r) for r in records), "no member saw the absurd frame"
+        print("RSS MB before -> peak under attack:",
+              ", ".join(f"{n} {before[n]:.0f}->{peak[n]:.0f}" for n in names))
         for name in names:
             with EventStore.open(cluster.procs[name].data_dir) as store:
                 counters = store.counters()

@@ -10,7 +10,8 @@ import trio
 from agents.core.clock import Timestamp
 from agents.core.events import ResultBody, sign_event
 from agents.core.sync import EventIndex
-from agents.net.base import StreamClosed
+from agents.net.base import FrameTooLarge, StreamClosed
+from agents.net.p2p import Libp2pStream
 from agents.syncproto import EVENTS_BUDGET, LIMITS, SyncProtocolError, pull, serve_pull
 from tests.builders import credentials, ticket_sig
 
@@ -104,6 +105,35 @@ def test_a_server_that_leaves_everything_for_later_is_a_protocol_error_not_a_loo
                 await pull(near, EventIndex(), me)
 
     trio.run(main)
+
+
+class _Wire:
+    """A libp2p stream stand-in that hands out its bytes and remembers how much was asked for."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.served = data, 0
+
+    async def read(self, n: int) -> bytes:
+        chunk = self.data[self.served:self.served + min(n, 7)]  # small chunks: reassembly must cope
+        self.served += len(chunk)
+        return chunk
+
+
+def test_the_libp2p_framing_refuses_an_absurd_length_after_four_bytes_and_reassembles_the_rest() -> None:
+    absurd = _Wire((2**32 - 1).to_bytes(4, "big") + b"{" * 1000)
+    with pytest.raises(FrameTooLarge, match="4294967295-byte frame"):
+        trio.run(Libp2pStream(absurd, "peer").receive)
+    assert absurd.served <= 7  # the prefix (and what came in its chunk), never the announced body
+    frames = [b'{"type":"need","ids":[]}', b"x" * 5000]
+    wire = _Wire(b"".join(len(f).to_bytes(4, "big") + f for f in frames))
+    stream = Libp2pStream(wire, "peer")
+
+    async def both() -> list[bytes]:
+        return [await stream.receive(LIMITS["need"]), await stream.receive()]
+
+    assert trio.run(both) == frames
+    with pytest.raises(FrameTooLarge):  # a step's own limit is smaller than the absolute one
+        trio.run(Libp2pStream(_Wire((70_000).to_bytes(4, "big")), "peer").receive, LIMITS["need"])
 
 
 def test_an_oversized_need_is_refused_before_it_is_read() -> None:

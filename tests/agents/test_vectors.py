@@ -82,3 +82,24 @@ def test_every_event_set_folds_to_its_digest_in_any_order(vector) -> None:
         assert sorted(tree.equivocators) == vector["equivocators"]
         assert {n.id: n.split for n in tree.nodes.values() if n.split} == vector["splits"]
         assert {n.id: n.result for n in tree.nodes.values() if n.result} == vector["results"]
+
+
+ADVERSARIAL = VECTORS["adversarial"]
+
+
+@pytest.mark.parametrize("vector", ADVERSARIAL["sets"], ids=lambda s: s["name"])
+def test_every_adversarial_set_folds_to_its_digest_in_any_order(vector) -> None:
+    gate = Gate(ADVERSARIAL["cluster"]["name"], ADVERSARIAL["cluster"]["authority"])
+    by_id = {}
+    for wire in ADVERSARIAL["events"]:
+        event = decode_event(wire.encode())
+        assert gate.admits(event.author, event.role, event.ticket)
+        by_id[event.id] = event
+    events = [by_id[i] for i in vector["ids"]]
+    for seed in range(3):
+        random.Random(seed).shuffle(events)
+        tree = fold(events)
+        assert tree.digest == vector["digest"]
+        assert sorted(tree.equivocators) == vector["equivocators"]
+        assert {n.id: n.split for n in tree.nodes.values() if n.split} == vector["splits"]
+        assert {n.id: n.result for n in tree.nodes.values() if n.result} == vector["results"]

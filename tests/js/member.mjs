@@ -44,6 +44,10 @@ const say = (record) => process.stdout.write(JSON.stringify(record) + '\n')
 
 const events = new Map() // id -> decoded event
 const wires = new Map() // id -> canonical bytes
+const held = new Map() // id -> [event, wire]: stamped more than 10 s ahead of our clock (section 9)
+const HOLD_MS = 10_000
+const HORIZON_MS = 600_000
+const MAX_HELD = 10_000
 const refused = {}
 const badBytes = new Set() // sha256 of refused bytes: each bad event counted once
 let dirty = true
@@ -56,11 +60,13 @@ function intake (raw) {
     if (!ticketAdmits(config.cluster, config.authority, event.author, event.role, event.ticket)) {
       throw new Refused('ticket', `${event.author} holds no ticket as ${event.role}`)
     }
-    if (!events.has(event.id)) {
-      events.set(event.id, event)
-      wires.set(event.id, Buffer.from(raw))
-      dirty = true
+    const ahead = event.hlc[0] - Date.now()
+    if (ahead > HORIZON_MS || (ahead > HOLD_MS && held.size >= MAX_HELD)) {
+      refused.future = (refused.future || 0) + 1 // refused for now; sync offers it again later
+      return false
     }
+    if (ahead > HOLD_MS) { held.set(event.id, [event, Buffer.from(raw)]); return true }
+    admit(event, raw)
     return true
   } catch (error) {
     if (!(error instanceof Refused)) throw error
@@ -69,6 +75,19 @@ function intake (raw) {
     return false
   }
 }
+
+function admit (event, raw) {
+  if (events.has(event.id)) return
+  events.set(event.id, event)
+  wires.set(event.id, Buffer.from(raw))
+  dirty = true
+}
+
+setInterval(() => { // held events whose time has come
+  for (const [id, [event, wire]] of held) {
+    if (event.hlc[0] - Date.now() <= HOLD_MS) { held.delete(id); admit(event, wire) }
+  }
+}, 250)
 
 function summary () {
   const byAuthor = new Map()
@@ -182,9 +201,13 @@ async function serve ({ stream, connection }) {
         let rest = []
         let size = 0
         for (let i = 0; i < message.ids.length; i++) {
-          if (size >= EVENTS_BUDGET) { rest = message.ids.slice(i); break }
+          if (size >= EVENTS_BUDGET) { rest = message.ids.slice(i).filter((id) => wires.has(id)); break }
           const wire = wires.get(message.ids[i])
-          if (wire) { out.push(wire.toString('utf8')); size += JSON.stringify(wire.toString('utf8')).length + 1 }
+          if (wire) {
+            const text = wire.toString('utf8')
+            out.push(text)
+            size += Buffer.byteLength(JSON.stringify(text)) + 1 // its bytes inside the frame
+          }
         }
         frames.send({ type: 'events', events: out, rest })
         sent += out.length
@@ -210,7 +233,7 @@ async function pull (node, peer) {
       frames.send({ type: 'summary', cluster: config.cluster, ticket: myTicket, authors: summary().out })
       const offer = await frames.receive('offer')
       checkTicket(offer, remote)
-      let wanted = Object.values(offer.authors).flatMap(([, ids]) => ids).filter((id) => !events.has(id))
+      let wanted = Object.values(offer.authors).flatMap(([, ids]) => ids).filter((id) => !events.has(id) && !held.has(id))
       let got = 0
       while (wanted.length) {
         const asked = wanted.slice(0, BATCH)

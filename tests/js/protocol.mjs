@@ -3,9 +3,13 @@
 //
 // Written from PROTOCOL.md and tests/vectors/protocol.json, not from the Python
 // code: it is the second implementation the interop tests run against ours.
-// Node's own crypto does ed25519; nothing here needs npm.
+// Signing uses Node's own crypto; verifying uses libsodium, whose rules PROTOCOL.md names
+// (Node's OpenSSL accepts signatures libsodium refuses, e.g. an identity-point R).
 
-import { createHash, createPrivateKey, createPublicKey, sign as edSign, verify as edVerify } from 'node:crypto'
+import { createHash, createPrivateKey, createPublicKey, sign as edSign } from 'node:crypto'
+import sodium from 'libsodium-wrappers'
+
+await sodium.ready
 
 export const MAX_EVENT_BYTES = 32 * 1024
 export const MAX_INT = 2 ** 53 - 1
@@ -48,7 +52,6 @@ export const canonicalBytes = (value) => Buffer.from(canonical(value), 'utf8')
 
 const ALPHABET = '123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz'
 const KEY_PREFIX = Buffer.from('002408011220', 'hex') // identity multihash of a protobuf ed25519 key
-const SPKI_PREFIX = Buffer.from('302a300506032b6570032100', 'hex')
 const PKCS8_PREFIX = Buffer.from('302e020100300506032b657004220420', 'hex')
 
 export function base58Encode (bytes) {
@@ -81,8 +84,7 @@ export function publicKeyOf (peerId) {
 }
 
 export function verify (peerId, message, signature) {
-  const key = createPublicKey({ key: Buffer.concat([SPKI_PREFIX, publicKeyOf(peerId)]), format: 'der', type: 'spki' })
-  return signature.length === 64 && edVerify(null, message, key, signature)
+  return signature.length === 64 && sodium.crypto_sign_verify_detached(signature, message, publicKeyOf(peerId))
 }
 
 export class Identity {
@@ -102,7 +104,7 @@ export const ticketBytes = (authority, cluster, peer, role) =>
   Buffer.concat([Buffer.from(TICKET_DOMAIN), canonicalBytes({ authority, cluster, peer, role })])
 
 export function ticketAdmits (cluster, authority, peer, role, sig) {
-  if (!/^[A-Za-z0-9+/]{86}==$/.test(sig)) return false
+  if (typeof sig !== 'string' || !SIG.test(sig)) return false
   return verify(authority, ticketBytes(authority, cluster, peer, role), Buffer.from(sig, 'base64'))
 }
 
@@ -110,7 +112,7 @@ export function ticketAdmits (cluster, authority, peer, role, sig) {
 
 const HEX64 = /^[0-9a-f]{64}$/
 const PEER = /^12D3KooW[1-9A-HJ-NP-Za-km-z]{44}$/
-const SIG = /^[A-Za-z0-9+/]{86}==$/
+const SIG = /^[A-Za-z0-9+/]{85}[AQgw]==$/ // canonical base64 of 64 bytes: one spelling
 
 const isInt = (v, lo, hi) => typeof v === 'number' && Number.isInteger(v) && v >= lo && v <= hi
 const text = (lo, hi) => (v) => typeof v === 'string' && [...v].length >= lo && [...v].length <= hi
@@ -157,21 +159,24 @@ const ENVELOPE = {
 // null when `value` is an object with exactly `fields`, each passing its check; else what is wrong
 function object (value, fields) {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return 'not an object'
-  for (const key of Object.keys(value)) if (!(key in fields)) return `${key}: extra field`
+  for (const key of Object.keys(value)) if (!Object.hasOwn(fields, key)) return `${key}: extra field`
   for (const [key, check] of Object.entries(fields)) {
-    if (!(key in value)) return `${key}: field required`
+    if (!Object.hasOwn(value, key)) return `${key}: field required`
     if (!check(value[key])) return `${key}: wrong type or out of bounds`
   }
   return null
 }
 
 function body (value) {
-  if (value === null || typeof value !== 'object' || !(value.kind in BODIES)) return 'kind: not a known kind'
+  if (value === null || typeof value !== 'object' || !Object.hasOwn(BODIES, value.kind)) return 'kind: not a known kind'
   const problem = object(value, { kind: () => true, ...BODIES[value.kind] })
   if (problem) return problem
   if (value.kind === 'goal') {
     const sorted = [...new Set(value.scorers)].sort()
     if (sorted.join() !== value.scorers.join()) return 'scorers must be distinct and sorted'
+    for (const scorer of value.scorers) {
+      try { publicKeyOf(scorer) } catch { return `scorer ${scorer} is not an ed25519 peer id` }
+    }
     const n = value.scorers.length
     if (!(2 * value.quorum > n && value.quorum <= n)) return 'quorum must be a majority of the scorers'
     if (value.hold_limit_ms < value.claim_lease_ms) return 'hold_limit_ms must be at least claim_lease_ms'
@@ -180,6 +185,22 @@ function body (value) {
 }
 
 // --- decoding (section 2: the refusal rules, in order) ---------------------------
+
+const MAX_DEPTH = 200 // arrays and objects nested deeper are refused as json
+
+function tooDeep (textValue) {
+  let depth = 0
+  let inString = false
+  for (let i = 0; i < textValue.length; i++) {
+    const ch = textValue[i]
+    if (inString) {
+      if (ch === '\\') i++
+      else if (ch === '"') inString = false
+    } else if (ch === '"') inString = true
+    else if (ch === '[' || ch === '{') { if (++depth > MAX_DEPTH) return true } else if (ch === ']' || ch === '}') depth--
+  }
+  return false
+}
 
 function hasFraction (textValue) {
   let inString = false
@@ -227,6 +248,7 @@ export function decodeEvent (raw) {
   let textValue, value
   try {
     textValue = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes)
+    if (tooDeep(textValue)) throw new Error(`nested more than ${MAX_DEPTH} deep`)
     value = JSON.parse(textValue)
   } catch (error) {
     throw new Refused('json', `not JSON: ${error.message}`)

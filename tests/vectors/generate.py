@@ -17,6 +17,7 @@ import argparse
 import base64
 import hashlib
 import json
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,51 @@ def _respell(wire: bytes, old: bytes, new: bytes) -> bytes:
     return wire.replace(old, new, 1)
 
 
-def _refusals(sample: Event, authority: Identity, cluster: str) -> list[dict[str, Any]]:
+_L = 2**252 + 27742317777372353535851937790883648493  # the ed25519 group order
+_IDENTITY = bytes([1]) + bytes(31)  # the identity point's encoding (small order)
+
+
+def _respell_base64(text: str) -> str:
+    """The same 64 bytes with a different character before '==' (its unused bits set)."""
+    index = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".index(text[85])
+    return text[:85] + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"[index | 1] + "=="
+
+
+def _resign(values: dict[str, Any], sig: bytes) -> bytes:
+    return canonical_bytes(dict(values, sig=base64.b64encode(sig).decode()))
+
+
+def _identity_r_signature(sample: Event, seed: bytes) -> bytes:
+    """R = identity, S = h*a mod L: [S]B = R + [h]A holds, and only a verifier that refuses a
+    small-order R (libsodium) catches it."""
+    values = json.loads(sample.to_wire())
+    unsigned = {k: v for k, v in values.items() if k not in ("id", "sig")}
+    message = b"swarm-plan/event/v2\n" + canonical_bytes(unsigned)
+    digest = hashlib.sha512(seed).digest()
+    scalar = int.from_bytes(digest[:32], "little")
+    scalar &= (1 << 254) - 8
+    scalar |= 1 << 254
+    public = Identity(seed).public_key
+    h = int.from_bytes(hashlib.sha512(_IDENTITY + public + message).digest(), "little") % _L
+    return _resign(values, _IDENTITY + ((h * scalar) % _L).to_bytes(32, "little"))
+
+
+def _small_order_key_event(authority: Identity, cluster: str, sample: Event) -> bytes:
+    """An event by the identity point as a key, admitted by the authority, signed (R, S) =
+    (identity, 0): it verifies for any message unless small-order keys are refused."""
+    from agents.core.identity import peer_id_of
+
+    author = peer_id_of(_IDENTITY)
+    ticket = issue(authority, cluster, author, "decomposer").sig
+    unsigned = {"v": 2, "author": author, "role": "decomposer", "ticket": ticket, "seq": 1, "prev": None,
+                "hlc": [sample.hlc[0], 0], "body": json.loads(sample.to_wire())["body"]}
+    message = b"swarm-plan/event/v2\n" + canonical_bytes(unsigned)
+    event_id = hashlib.sha256(message).hexdigest()
+    return canonical_bytes(dict(unsigned, id=event_id, sig=base64.b64encode(_IDENTITY + bytes(32)).decode()))
+
+
+def _refusals(sample: Event, authority: Identity, cluster: str, author_seed: bytes, vote: dict[str, Any],
+              goal: dict[str, Any]) -> list[dict[str, Any]]:
     """Bytes that must be refused, each by the first rule it breaks (PROTOCOL.md, section 2)."""
     wire = sample.to_wire()
     values = json.loads(wire)
@@ -104,7 +149,76 @@ def _refusals(sample: Event, authority: Identity, cluster: str) -> list[dict[str
                  sign_event(stranger, "decomposer", 1, None, Timestamp(1, 0), big.model_copy(update={
                      "strategy": "s"}), foreign.sig).to_wire() * 6),
         _refusal("a ticket from another authority", "ticket", unadmitted.to_wire()),
+        _refusal("a signature spelled with non-canonical base64 (same 64 bytes)", "schema",
+                 canonical_bytes(dict(values, sig=_respell_base64(values["sig"])))),
+        _refusal("true for a score", "schema", canonical_bytes(dict(vote, body=dict(vote["body"], clarity=True)))),
+        _refusal("an extra field named constructor", "schema",
+                 canonical_bytes(dict(values, body=dict(values["body"], constructor=1)))),
+        _refusal("an author that fits the pattern but is no ed25519 multihash", "author",
+                 canonical_bytes(dict(values, author="12D3KooW" + "1" * 44))),
+        _refusal("arrays nested 300 deep", "json", b"[" * 300 + b"]" * 300),
+        _refusal("a roster entry that is no ed25519 peer id", "schema", canonical_bytes(dict(goal, body=dict(
+            goal["body"], scorers=sorted([*goal["body"]["scorers"][1:], "12D3KooW" + "1" * 44]))))),
+        _refusal("a signature whose R is the identity point (S = h*a): OpenSSL accepts it, libsodium does not",
+                 "signature", _identity_r_signature(sample, author_seed)),
+        _refusal("a small-order public key, R the identity and S = 0: verifies without the small-order check",
+                 "signature", _small_order_key_event(authority, cluster, sample)),
     ]
+
+
+def _adversarial(count: int = 8) -> dict[str, Any]:
+    """Event sets from the property tests' adversarial generator (rosters of 1-5, promises,
+    later rounds, right and wrong justifications, late and second ballots, forks by scorers,
+    claims, acks and results), chosen for variety, each whole and as a seeded half."""
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    from tests.builders import AUTHORITY, CLUSTER
+    from tests.eventgen import universes
+
+    found = []
+
+    @settings(max_examples=300, derandomize=True, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck), deadline=None)
+    @given(universes())
+    def collect(universe) -> None:
+        found.append(universe)
+
+    collect()
+
+    def features(universe) -> tuple[int, ...]:
+        tree = fold(universe.events)
+        return (min(len(universe.equivocators), 2), min(sum(1 for n in tree.nodes.values() if n.result), 2),
+                min(sum(1 for n in tree.nodes.values() if n.split), 2),
+                min(sum(e.kind == "candidate" and e.body.round >= 2 for e in universe.events), 3) // 2)  # type: ignore[union-attr]
+
+    chosen, seen = [], set()
+    for universe in sorted(found, key=lambda u: (-sum(features(u)), len(u.events), min(e.id for e in u.events))):
+        if features(universe) in seen:
+            continue
+        seen.add(features(universe))
+        chosen.append(universe)
+        if len(chosen) == count:
+            break
+    events: dict[str, Event] = {}
+    sets = []
+    for number, universe in enumerate(chosen):
+        events.update((e.id, e) for e in universe.events)
+        order = sorted(universe.events, key=lambda e: e.id)
+        random.Random(f"vectors/{number}").shuffle(order)
+        sets.append(_set(f"adversarial {number}: whole", list(universe.events), complete=None))
+        sets.append(_set(f"adversarial {number}: a seeded half", order[: len(order) // 2], complete=None))
+    return {"cluster": {"name": CLUSTER, "authority": AUTHORITY.peer_id},
+            "events": [e.to_wire().decode() for e in sorted(events.values(), key=lambda e: e.id)], "sets": sets}
+
+
+def _escapes(sample: Event, seed: bytes) -> Event:
+    """A valid event whose strings need every kind of escape and non-ASCII text (in no set)."""
+    body = ProposalBody(node="cd" * 32, strategy="escapes", model="", subgoals=(
+        Subgoal(title='Kyōto 京都 🗾 "quoted"', description="tab\there back\\slash \x01 \x1f \x7f \u2028 / end",
+                executable=True),
+        Subgoal(title="b", description="", executable=False)))
+    return sign_event(Identity(seed), "decomposer", 999, "ab" * 32, Timestamp(sample.hlc[0] + 5, 0), body,
+                      sample.ticket)
 
 
 def vectors() -> dict[str, Any]:
@@ -127,6 +241,7 @@ def vectors() -> dict[str, Any]:
         tickets.append({"peer": identity.peer_id, "role": role, "sig": ticket.sig,
                         "bytes": ticket_bytes(authority.peer_id, world_cluster, identity.peer_id, role).decode()})
     sample = next(e for e in events if e.kind == "proposal" and e.seq >= 2)
+    sample_seed = bytes.fromhex(next(k["seed"] for k in keys if k["peer"] == sample.author))
     goal = next(e for e in events if e.kind == "goal")
     fork_author = next(e for e in events if e.kind == "proposal").author
     fork = [e for e in events if e.author == fork_author][:1]
@@ -143,8 +258,10 @@ def vectors() -> dict[str, Any]:
         "cluster": {"name": world_cluster, "authority": authority.peer_id},
         "keys": keys,
         "tickets": tickets,
-        "events": [_event(e) for e in events] + [_event(twin)],
-        "refused": _refusals(sample, authority, world_cluster),
+        "events": [_event(e) for e in events] + [_event(twin), _event(_escapes(sample, sample_seed))],
+        "refused": _refusals(sample, authority, world_cluster, sample_seed,
+                             json.loads(next(e for e in events if e.kind == "vote").to_wire()),
+                             json.loads(goal.to_wire())),
         "sets": [
             _set("the goal alone", [goal], complete=False),
             _set("the first half in timestamp order", half, complete=False),
@@ -152,12 +269,13 @@ def vectors() -> dict[str, Any]:
             _set("a whole plan plus a decomposer's second seq 1 (a fork: both branches stay)",
                  [*events, twin], complete=True),
         ],
+        "adversarial": _adversarial(),
     }
 
 
-def _set(name: str, events: list[Event], *, complete: bool) -> dict[str, Any]:
+def _set(name: str, events: list[Event], *, complete: bool | None) -> dict[str, Any]:
     tree = fold(events)
-    assert tree.complete == complete, name
+    assert complete is None or tree.complete == complete, name
     accepted = {n.id: n.split for n in tree.nodes.values() if n.split}
     results = {n.id: n.result for n in tree.nodes.values() if n.result}
     return {"name": name, "ids": sorted(e.id for e in events), "digest": tree.digest, "complete": tree.complete,
