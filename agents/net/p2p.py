@@ -250,16 +250,20 @@ class Libp2pNetwork:
         ping = PingService(self.host)
         while True:
             await trio.sleep(PING_INTERVAL)
-            for peer in self.connected_peers():
-                alive = False
-                with trio.move_on_after(PING_TIMEOUT):
-                    try:
-                        await ping.ping(ID.from_base58(peer))
-                        alive = True
-                    except Exception as exc:
-                        log.debug("ping failed", peer=peer, error=repr(exc)[:120])
-                if not alive:
-                    log.warning("peer unresponsive; disconnecting", peer=peer)
-                    with contextlib.suppress(Exception):  # already gone
-                        await self.host.get_network().close_peer(ID.from_base58(peer))
-                    self._known_connected.discard(peer)
+            async with trio.open_nursery() as nursery:  # at once: one silent peer delays no other's ping
+                for peer in self.connected_peers():
+                    nursery.start_soon(self._ping_or_drop, ping, peer)
+
+    async def _ping_or_drop(self, ping: PingService, peer: str) -> None:
+        alive = False
+        with trio.move_on_after(PING_TIMEOUT):
+            try:
+                await ping.ping(ID.from_base58(peer))
+                alive = True
+            except Exception as exc:
+                log.debug("ping failed", peer=peer, error=repr(exc)[:120])
+        if not alive:
+            log.warning("peer unresponsive; disconnecting", peer=peer)
+            with contextlib.suppress(Exception):  # already gone
+                await self.host.get_network().close_peer(ID.from_base58(peer))
+            self._known_connected.discard(peer)

@@ -10,6 +10,10 @@ the ``hostile`` step of a scenario. For ``--seconds`` it:
 * opens ``/swarm/sync/2.0.0`` streams to members and sends a length prefix of
   2^32-1, then garbage frames, then a summary with a forged ticket: members
   must drop each without reading gigabytes or waiting;
+* opens many streams to each member at once, each announcing a frame just under
+  the opening step's limit, sending all of it but a byte, and stalling: members
+  must serve only so many at once and drop them at their deadline, so what they
+  buffer for it stays bounded;
 * accepts every pull members open to it and never answers: members must drop
   it at their deadline and keep syncing with everyone else.
 
@@ -38,6 +42,26 @@ from agents.net.p2p import SYNC_PROTOCOL, Libp2pNetwork
 def _sybil(name: str, role: str, cluster: str, rogue: Identity) -> Author:
     identity = Identity(os.urandom(32))
     return Author(identity, role, HybridClock(wall_ms), issue(rogue, cluster, identity.peer_id, role).sig)  # type: ignore[arg-type]
+
+
+HOARD_STREAMS = 32  # per member: twice what a member serves at once
+HOARD_FRAME = 1024 * 1024 - 64  # just under the summary frame limit
+
+
+async def _hoard(network: Libp2pNetwork, peer: str, sent: dict[str, int]) -> None:
+    """Streams that announce an almost full frame, send all but its last byte, and stall."""
+    async def one() -> None:
+        try:
+            stream = await network.host.new_stream(ID.from_base58(peer), [SYNC_PROTOCOL])
+            await stream.write(HOARD_FRAME.to_bytes(4, "big") + b"x" * (HOARD_FRAME - 1))
+            sent["hoard"] += 1
+            await trio.sleep_forever()
+        except Exception:  # the member closed it: what it should do
+            sent["hoard_dropped"] += 1
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(HOARD_STREAMS):
+            nursery.start_soon(one)
 
 
 async def _attack(network: Libp2pNetwork, cluster: str, seconds: float, sent: dict[str, int]) -> None:
@@ -85,15 +109,22 @@ async def _never_answer(stream) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, int]:
-    sent = {"gossip": 0, "sync": 0, "sync_dropped": 0}
+    sent = {"gossip": 0, "sync": 0, "sync_dropped": 0, "hoard": 0, "hoard_dropped": 0}
     network = Libp2pNetwork(Identity(os.urandom(32)), args.cluster, [args.listen], args.bootstrap, mdns=False)
     network.serve(_never_answer)
     async with trio.open_nursery() as nursery:
         await nursery.start(network.run)
         with trio.move_on_after(args.seconds + 30):
+            with trio.move_on_after(10):  # every member it was told of, or whoever answered by then
+                while len(network.connected_peers()) < max(1, len(args.bootstrap)):
+                    await trio.sleep(0.2)
             while not network.connected_peers():
                 await trio.sleep(0.2)
-            await _attack(network, args.cluster, args.seconds, sent)
+            async with trio.open_nursery() as attack:
+                for peer in network.connected_peers():
+                    attack.start_soon(_hoard, network, peer, sent)
+                await _attack(network, args.cluster, args.seconds, sent)
+                attack.cancel_scope.cancel()
         nursery.cancel_scope.cancel()
     return sent
 

@@ -1,8 +1,9 @@
 """A hostile peer on the wire, against real member processes on loopback (PROTOCOL.md, section 11).
 
 The peer (``chaos.lab.hostile_peer``, never admitted) announces 2^32-1-byte sync frames,
-sends garbage and forged tickets, gossips sybil events, and accepts every pull members
-open to it without ever answering. Members must drop it at their deadlines, keep
+opens 32 streams per member that each send all but one byte of an almost-full opening
+frame and stall, sends garbage and forged tickets, gossips sybil events, and accepts
+every pull members open to it without ever answering. Members must drop it at their deadlines, keep
 syncing with each other, complete the plan, and hold their memory.
 """
 
@@ -74,11 +75,14 @@ def test_a_peer_that_stalls_pulls_and_announces_huge_frames_costs_neither_memory
         cluster.wait_converged(names)
 
         assert sent["gossip"] > 0 and sent["sync"] + sent["sync_dropped"] > 0, sent
+        assert sent["hoard"] + sent["hoard_dropped"] > 0, sent  # almost-full frames, then a stall
         records = [r for n in names for r in _log_records(cluster.procs[n].data_dir / "agent.log")]
         # the pulls it accepted and never answered were dropped at the deadline
         assert any(r.get("event") == "sync pull timed out" for r in records), "no member dropped a stalled pull"
         # the frames announcing 2^32-1 bytes ended their streams before anything was read
         assert any("4294967295-byte frame" in json.dumps(r) for r in records), "no member saw the absurd frame"
+        # streams beyond what a member serves at once were closed at once
+        assert any(r.get("event") == "sync refused: too many streams at once" for r in records)
         print("RSS MB before -> peak under attack:",
               ", ".join(f"{n} {before[n]:.0f}->{peak[n]:.0f}" for n in names))
         for name in names:
