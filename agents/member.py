@@ -286,6 +286,7 @@ class Member:
         if self._serving >= MAX_SERVING:  # what peers can make us buffer stays bounded
             self.stats.sync_violations += 1
             self._log.warning("sync refused: too many streams at once", peer=stream.peer[-8:], limit=MAX_SERVING)
+            await stream.abort()  # a reset, not a close: what it still sends is dropped, not buffered
             return
         self._serving += 1
         try:
@@ -294,12 +295,15 @@ class Member:
         except trio.TooSlowError:
             self.stats.sync_timeouts += 1
             self._log.warning("sync serve timed out", peer=stream.peer[-8:], deadline_s=PULL_DEADLINE)
+            await stream.abort()
         except SyncRefused as exc:
             self.stats.sync_refused += 1
             self._log.warning("sync refused", peer=stream.peer[-8:], reason=str(exc)[:200])
+            await stream.abort()
         except (FrameTooLarge, SyncProtocolError) as exc:
             self.stats.sync_violations += 1
             self._log.warning("sync peer broke the protocol", peer=stream.peer[-8:], reason=str(exc)[:200])
+            await stream.abort()
         except StreamClosed as exc:
             self._log.debug("sync serve ended", peer=stream.peer[-8:], reason=str(exc)[:200])
         finally:

@@ -40,6 +40,10 @@ class PeerStream(Protocol):
 
     async def aclose(self) -> None: ...
 
+    async def abort(self) -> None:
+        """Reset the stream: whatever the peer still sends is dropped, not buffered for us."""
+        ...
+
 
 StreamHandler = Callable[[PeerStream], Awaitable[None]]
 

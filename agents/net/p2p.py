@@ -90,6 +90,11 @@ class Libp2pStream:
         with contextlib.suppress(Exception):  # closing a dead stream is not worth reporting
             await self._stream.close()
 
+    async def abort(self) -> None:
+        self._buffer.clear()
+        with contextlib.suppress(Exception):  # resetting a dead stream is not worth reporting
+            await self._stream.reset()
+
 
 class Libp2pNetwork:
     """A libp2p host on one cluster's gossip topic. Start it with ``nursery.start(net.run)``."""

@@ -56,8 +56,9 @@ async def _hoard(network: Libp2pNetwork, peer: str, sent: dict[str, int]) -> Non
             await stream.write(HOARD_FRAME.to_bytes(4, "big") + b"x" * (HOARD_FRAME - 1))
             sent["hoard"] += 1
             await trio.sleep_forever()
-        except Exception:  # the member closed it: what it should do
+        except Exception as exc:  # the member closed it: what it should do
             sent["hoard_dropped"] += 1
+            sent.setdefault("hoard_error", repr(exc)[:200])  # type: ignore[arg-type]
 
     async with trio.open_nursery() as nursery:
         for _ in range(HOARD_STREAMS):

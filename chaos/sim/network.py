@@ -269,6 +269,9 @@ class SimStream:
         if not self.closed:
             self._close_now()
 
+    async def abort(self) -> None:
+        self.reset()
+
 
 class SimNetwork:
     """One member's endpoint on the fabric: the ``agents.net.base.Network`` interface."""

@@ -83,6 +83,7 @@ def test_a_peer_that_stalls_pulls_and_announces_huge_frames_costs_neither_memory
         assert any("4294967295-byte frame" in json.dumps(r) for r in records), "no member saw the absurd frame"
         # streams beyond what a member serves at once were closed at once
         assert any(r.get("event") == "sync refused: too many streams at once" for r in records)
+        print("hostile peer sent:", sent)
         print("RSS MB before -> peak under attack:",
               ", ".join(f"{n} {before[n]:.0f}->{peak[n]:.0f}" for n in names))
         for name in names:

@@ -39,6 +39,9 @@ class Pipe:
     async def aclose(self) -> None:
         await self._outbox.aclose()
 
+    async def abort(self) -> None:
+        await self._outbox.aclose()
+
 
 def pipes(puller: str, server: str) -> tuple[Pipe, Pipe]:
     to_server, server_inbox = trio.open_memory_channel[bytes](100)

@@ -216,6 +216,7 @@ async function serve ({ stream, connection }) {
     })
   } catch (error) {
     say({ event: 'serve-failed', peer: remote, error: String(error.message || error).slice(0, 200) })
+    stream.abort(error) // a reset: what the peer still sends is dropped
   } finally {
     frames.close()
   }
