@@ -37,6 +37,7 @@ from agents.core.sync import EventIndex
 from agents.core.transitions import Transition, changes
 from agents.core.tree import PlanTree
 from agents.llm.base import Backend
+from agents.metrics import MemberMetrics, Snapshot
 from agents.net.base import FrameTooLarge, Network, PeerStream, StreamClosed
 from agents.ownfeed import OwnFeed
 from agents.roles import POLICIES, THINKING, Intent, Me, Renew
@@ -132,6 +133,7 @@ class Member:
         self.clock = HybridClock(now_ms)
         self.intake = Intake(self.clock, credentials.gate)
         self._serving = 0  # sync streams being served now (MAX_SERVING at once)
+        self.metrics: MemberMetrics | None = None  # set by ``swarm agent --metrics``
         self.author = (Author(identity, role, self.clock, credentials.ticket.sig)  # type: ignore[arg-type]
                        if role != "observer" else None)
         self.me = Me(identity.peer_id, role, strategy)  # type: ignore[arg-type]
@@ -194,6 +196,8 @@ class Member:
             self.stats.received += 1
             if answer.event.id not in self.index:
                 self._log.debug("admitted", event_id=answer.event.id, via=via)
+                if self.metrics is not None and via == "gossip":
+                    self.metrics.delivered(self.clock.physical_ms() - answer.event.hlc[0])
                 return answer.event
         elif isinstance(answer, Held):
             self.stats.held += 1
@@ -276,7 +280,17 @@ class Member:
             nursery.start_soon(self._release_loop)
             if self.role not in ("observer", "client"):
                 nursery.start_soon(self._act_loop, nursery)
+            if self.metrics is not None:
+                nursery.start_soon(self._metrics_loop, self.metrics)
             task_status.started()
+
+    async def _metrics_loop(self, metrics: MemberMetrics) -> None:
+        """Copy what the exporter shows, from this task: its thread only reads the copy."""
+        while True:
+            tree = self.tree
+            metrics.snapshot = Snapshot(dict(vars(self.stats)), dict(self.intake.refused), self.intake.held,
+                                        len(self.index), tree.pending, tree.complete)
+            await trio.sleep(1.0)
 
     async def _receive_loop(self) -> None:
         async for raw in self.network.gossip:
@@ -349,6 +363,8 @@ class Member:
             if event is not None:
                 events.append(event)
         added = self._admit(events, "sync") if events else 0
+        if self.metrics is not None:
+            self.metrics.pulled(added)
         self._learned_own_feed(peer)
         if added:
             self._log.info("synced", peer=peer[-8:], events=added)
@@ -459,10 +475,13 @@ class Member:
             if delay > 0:
                 await trio.sleep(delay)
             self.stats.model_calls += 1
+            started = time.monotonic()
             if self._think_in_thread:
                 body = await trio.to_thread.run_sync(compose, intent, tree, backend, self.me)
             else:
                 body = compose(intent, tree, backend, self.me)
+            if self.metrics is not None:
+                self.metrics.thought(kind, time.monotonic() - started)
             if body is None:
                 self._done.discard(intent)  # the model failed; the policy will ask again
             elif isinstance(body, ResultBody) and self._claim_gone(body.leaf, body.claim):

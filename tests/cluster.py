@@ -31,6 +31,7 @@ class LocalCluster:
         self.latency_by_role = latency_by_role or {}
         self.mdns_only = mdns_only  # no bootstrap addresses: members must find each other by mDNS
         self.procs: dict[str, Proc] = {}
+        self.extra_args: dict[str, tuple[str, ...]] = {}  # more `swarm agent` options, per member
         self.roles: dict[str, str] = {}
         self.admin = ClusterDir.init(root / "admin", name)  # the operator: authority and tickets
 
@@ -74,7 +75,7 @@ class LocalCluster:
             peers = [] if self.mdns_only else list(self.procs.values())
             start_agent(proc, self.roles[name], peers, cluster=self.name, mdns=self.mdns_only,
                         llm_latency=self.latency_by_role.get(self.roles[name], self.llm_latency),
-                        strategy=strategy)
+                        strategy=strategy, llm_extra=self.extra_args.get(name, ()))
         for name in chosen:
             proc = self.procs[name]
             self.wait_for(f"{name} to listen", lambda proc=proc: (proc.data_dir / "addrs").exists()

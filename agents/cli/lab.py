@@ -79,7 +79,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    from agents.cli.main import _positive
+    from agents.cli.common import positive as _positive
     from chaos.sim.faults import FAULT_KINDS
 
     sim = sub.add_parser(

@@ -7,53 +7,18 @@ did not complete); 2 bad usage or bad input (the message names it and the way ou
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from agents import logs
+from agents.cli.common import positive as _positive
+from agents.cli.common import seconds as _seconds
+from agents.cli.common import write_atomically, write_json
 from agents.cli.errors import CommandError, UsageError
 from agents.core.events import EventRefused, decode_event
 from agents.core.fold import fold
 from agents.render import plan_json, plan_markdown, render_tree, summary
-
-
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{number} must be at least 1")
-    return number
-
-
-def _seconds(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"{number} seconds cannot be negative")
-    return number
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write a file so that a crash leaves either the old content or the new, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def _write_json(path: Path, record: dict[str, Any]) -> None:
-    write_atomically(path, (json.dumps(record, indent=2, ensure_ascii=False) + "\n").encode())
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -86,7 +51,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         "seed": args.seed,
     }
     if args.json:
-        _write_json(Path(args.json), plan_json(tree, extra=extra))
+        write_json(Path(args.json), plan_json(tree, extra=extra))
     if args.md:
         write_atomically(Path(args.md), plan_markdown(tree).encode())
     print(render_tree(tree))
@@ -123,7 +88,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     log.info("folding", events=len(events))
     tree = fold(events)
     if args.json:
-        _write_json(Path(args.json), plan_json(tree, refused=refused))
+        write_json(Path(args.json), plan_json(tree, refused=refused))
     print(render_tree(tree))
     print(summary(tree, refused=refused))
     return 0

@@ -19,6 +19,7 @@ from agents.core.events import GoalBody
 from agents.core.fold import fold
 from agents.keyfile import KeyFileError, load_or_create
 from agents.member import Member
+from agents.metrics import MemberMetrics, parse_address
 from agents.render import plan_json, plan_markdown, render_tree, summary
 from agents.store import EventStore, StoreError
 
@@ -80,7 +81,7 @@ def _member(creds: Credentials, store: EventStore, network, data_dir: Path, **kw
 
 
 def _write_addrs(data_dir: Path, addresses: list[str]) -> None:
-    from agents.cli.main import write_atomically
+    from agents.cli.common import write_atomically
 
     write_atomically(data_dir / "addrs", "".join(a + "\n" for a in addresses).encode())
 
@@ -116,6 +117,15 @@ def cmd_agent(args: argparse.Namespace) -> int:
             nursery.start_soon(_until_signal, nursery.cancel_scope)
             member = _member(creds, store, network, data_dir, backend=backend, strategy=args.strategy)
             members.append(member)
+            if args.metrics:
+                member.metrics = MemberMetrics(creds.role)
+                host, port = parse_address(args.metrics)
+                try:
+                    member.metrics.serve(host, port)
+                except OSError as exc:
+                    raise CommandError(f"cannot serve metrics on {args.metrics}: {exc}; pick another --metrics "
+                                       "HOST:PORT") from None
+                log.info("metrics", url=f"http://{host}:{port}/metrics")
             await nursery.start(network.run)
             _write_addrs(data_dir, network.addresses())
             await nursery.start(member.run)
@@ -275,7 +285,8 @@ def _progress(member: Member) -> str:
 
 def _emit(tree, args: argparse.Namespace, refused: int, reorganisations: int | None = None,
           by_rule: Mapping[str, int] | None = None) -> None:
-    from agents.cli.main import _write_json, write_atomically
+    from agents.cli.common import write_atomically
+    from agents.cli.common import write_json as _write_json
 
     if getattr(args, "json", None):
         extra = {"reorganisations": reorganisations} if reorganisations is not None else None
@@ -284,6 +295,14 @@ def _emit(tree, args: argparse.Namespace, refused: int, reorganisations: int | N
         write_atomically(Path(args.md), plan_markdown(tree).encode())
     print(render_tree(tree))
     print(summary(tree, refused=refused, reorganisations=reorganisations, by_rule=by_rule))
+
+
+def _metrics_address(text: str) -> str:
+    try:
+        parse_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -342,6 +361,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                             "file ({hostname} is replaced by this machine's name)")
     add_llm_options(agent, latency_default=0.0)
     agent.add_argument("--strategy", default="activity", choices=STRATEGIES, help="decomposer: preferred split")
+    agent.add_argument("--metrics", metavar="HOST:PORT", type=_metrics_address,
+                       help="serve Prometheus metrics at http://HOST:PORT/metrics (events, refusals by rule, "
+                            "sync, gossip latency, model calls)")
     add_network_options(agent)
     agent.set_defaults(run=cmd_agent)
 

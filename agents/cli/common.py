@@ -1,0 +1,48 @@
+"""Helpers every ``swarm`` subcommand module shares: argument types and atomic file writes.
+
+They live here, not in ``main``, so that ``main`` imports the subcommand modules and
+none of them imports ``main`` back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{number} must be at least 1")
+    return number
+
+
+def seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{number} seconds cannot be negative")
+    return number
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write a file so that a crash leaves either the old content or the new, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, record: dict[str, Any]) -> None:
+    write_atomically(path, (json.dumps(record, indent=2, ensure_ascii=False) + "\n").encode())
