@@ -475,13 +475,17 @@ class Member:
             if delay > 0:
                 await trio.sleep(delay)
             self.stats.model_calls += 1
+            self._log.info("thinking", kind=kind, about=key[:10])
             started = time.monotonic()
             if self._think_in_thread:
                 body = await trio.to_thread.run_sync(compose, intent, tree, backend, self.me)
             else:
                 body = compose(intent, tree, backend, self.me)
+            seconds = time.monotonic() - started
+            self._log.info("thought", kind=kind, about=key[:10], seconds=round(seconds, 2),
+                           outcome="failed" if body is None else body.kind)
             if self.metrics is not None:
-                self.metrics.thought(kind, time.monotonic() - started)
+                self.metrics.thought(kind, seconds)
             if body is None:
                 self._done.discard(intent)  # the model failed; the policy will ask again
             elif isinstance(body, ResultBody) and self._claim_gone(body.leaf, body.claim):

@@ -12,6 +12,7 @@ from pathlib import Path
 import structlog
 import trio
 
+from agents import logs
 from agents.cli.errors import CommandError, UsageError
 from agents.clusterdir import AdmissionError, credentials, read_members
 from agents.core.admission import Credentials
@@ -136,7 +137,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
     store.close()
     if members:
         members[0].close()
-        log.info("member stats", **vars(members[0].stats), refused_by_rule=dict(members[0].intake.refused))
+        log.info("member stats", **vars(members[0].stats), refused_by_rule=dict(members[0].intake.refused),
+                 libp2p_noise=logs.noise_counts())
     if backend is not None:
         log.info("model usage", backend=backend.name, model=backend.model, calls=getattr(backend, "calls", 0),
                  tokens=getattr(backend, "tokens", 0), seconds=round(getattr(backend, "seconds", 0.0), 2))

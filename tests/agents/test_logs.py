@@ -1,0 +1,23 @@
+"""The console stays readable: py-libp2p's stdlib records go through structlog, repeats counted."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from agents import logs
+
+
+def test_libp2p_records_render_as_json_and_known_noise_is_shown_once_then_counted(capsys) -> None:
+    logs.configure(json_lines=True, level="info")
+    noisy = logging.getLogger("libp2p.host.basic_host")
+    for peer in ("A", "B", "C"):
+        noisy.warning("Failed to open stream to peer %s:\n  Timeout: 30s\n  Connection: Yamux", peer)
+    noisy.warning("something new and worth seeing")
+    logging.getLogger("libp2p.pubsub").info("below the level: not shown")
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert [line["level"] for line in lines] == ["warning", "warning"]
+    assert lines[0]["event"].startswith("Failed to open stream to peer A (repeats are counted")
+    assert lines[0]["logger"] == "libp2p.host.basic_host"
+    assert lines[1]["event"] == "something new and worth seeing"
+    assert logs.noise_counts() == {"stream-open-failed": 3}
