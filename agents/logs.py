@@ -51,6 +51,16 @@ class _NoiseFilter(logging.Filter):
 _noise = _NoiseFilter()
 
 
+def adopt_libp2p() -> None:
+    """Let py-libp2p's records reach our handler. Importing libp2p detaches its logger
+    (no handlers, no propagation: Python's last-resort handler then prints them raw),
+    so this runs after that import too (``agents.net.p2p`` calls it)."""
+    libp2p = logging.getLogger("libp2p")
+    libp2p.handlers.clear()
+    libp2p.setLevel(logging.WARNING)
+    libp2p.propagate = True
+
+
 def noise_counts() -> dict[str, int]:
     """How many py-libp2p messages of each known kind were seen since ``configure`` (the first shown)."""
     return dict(_noise.counts)
@@ -85,3 +95,4 @@ def configure(*, json_lines: bool | None = None, level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
+    adopt_libp2p()

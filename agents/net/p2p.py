@@ -40,10 +40,12 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from libp2p.tools.anyio_service import background_trio_service
 
 from agents.core.identity import Identity
+from agents.logs import adopt_libp2p
 from agents.net.base import MAX_FRAME_BYTES, FrameTooLarge, StreamClosed, StreamHandler
 from agents.syncproto import PROTOCOL as SYNC_PROTOCOL_ID
 
 log = structlog.get_logger("swarm.net")
+adopt_libp2p()  # importing libp2p detached its logger from ours
 
 GOSSIP_PROTOCOLS = [TProtocol("/meshsub/1.2.0"), TProtocol("/meshsub/1.1.0"), TProtocol("/meshsub/1.0.0")]
 SYNC_PROTOCOL = TProtocol(SYNC_PROTOCOL_ID)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
+import agents.net.p2p  # noqa: F401 (importing libp2p detaches its logger: the case that matters)
 from agents import logs
 
 
