@@ -384,15 +384,22 @@ class Member:
             self._log.warning("recovered own feed from a peer", seq=self.author.seq)
 
     async def sync_all(self) -> int:
-        """Pull from every connected peer at once; a slow or stalled peer delays nobody else."""
+        """Pull from every connected peer at once; a slow or stalled peer delays nobody else.
+
+        The round as a whole is bounded too: a pull that outlives its deadline (a close that
+        hangs on a blackholed connection) is cancelled rather than stalling every later round."""
         counts: list[int] = []
 
         async def one(peer: str) -> None:
             counts.append(await self.pull_from(peer))
 
-        async with trio.open_nursery() as nursery:
-            for peer in self.network.connected_peers():
-                nursery.start_soon(one, peer)
+        with trio.move_on_after(PULL_DEADLINE + 2 * SYNC_INTERVAL) as round_scope:
+            async with trio.open_nursery() as nursery:
+                for peer in self.network.connected_peers():
+                    nursery.start_soon(one, peer)
+        if round_scope.cancelled_caught:
+            self.stats.sync_timeouts += 1
+            self._log.warning("sync round cut short: a pull outlived its deadline")
         return sum(counts)
 
     async def _connection_loop(self, nursery: trio.Nursery) -> None:

@@ -53,6 +53,7 @@ DIAL_INTERVAL = 2.0
 PING_INTERVAL = 2.0
 PING_TIMEOUT = 4.0
 DIAL_TIMEOUT = 5.0
+CLOSE_TIMEOUT = 1.0  # closing or resetting a sync stream: past it the stream is left to the muxer
 
 
 class Libp2pStream:
@@ -89,12 +90,14 @@ class Libp2pStream:
         return await self._read_exactly(size)
 
     async def aclose(self) -> None:
-        with contextlib.suppress(Exception):  # closing a dead stream is not worth reporting
+        # Bounded: closing writes a frame, and on a connection to a blackholed peer that write
+        # (or the muxer lock behind it) can wait forever; a close is best-effort anyway.
+        with trio.move_on_after(CLOSE_TIMEOUT), contextlib.suppress(Exception):
             await self._stream.close()
 
     async def abort(self) -> None:
         self._buffer.clear()
-        with contextlib.suppress(Exception):  # resetting a dead stream is not worth reporting
+        with trio.move_on_after(CLOSE_TIMEOUT), contextlib.suppress(Exception):
             await self._stream.reset()
 
 
