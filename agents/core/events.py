@@ -430,7 +430,8 @@ def decode_event(raw: bytes, *, verify_signature: bool = True) -> Event:
             raise EventRefused("json", fraction, ref) from None
         raise EventRefused("schema", _schema_detail(exc), ref) from None
     ref = event.id[:16]
-    canonical = event.to_wire()
+    values = event.model_dump(mode="json")
+    canonical = canonical_bytes(values)  # what to_wire() gives, from the one dump both uses need
     if raw != canonical:
         raise _not_canonical(raw, canonical, ref)
     _check_envelope(event)
@@ -438,7 +439,7 @@ def decode_event(raw: bytes, *, verify_signature: bool = True) -> Event:
         public_key_of(event.author)
     except BadPeerIdError as exc:
         raise EventRefused("author", str(exc), ref) from None
-    unsigned = event.model_dump(mode="json", exclude={"id", "sig"})
+    unsigned = {key: value for key, value in values.items() if key not in ("id", "sig")}
     message = _signing_bytes(unsigned)
     recomputed = sha256_hex(message)
     if recomputed != event.id:

@@ -206,12 +206,6 @@ class PlanTree:
         return sorted((c for c in self.claims.values() if c.leaf == leaf_id), key=lambda c: (c.epoch, c.id))
 
 
-def _done(tree: PlanTree, node: Node) -> bool:
-    if node.leaf:
-        return node.result is not None
-    return node.split is not None and all(_done(tree, tree.nodes[c]) for c in node.children)
-
-
 def digest_record(tree: PlanTree, counted_ids: Iterable[str]) -> dict[str, Any]:
     """What the digest covers (PROTOCOL.md, section 10): which events count, and every decision.
 
@@ -225,7 +219,7 @@ def digest_record(tree: PlanTree, counted_ids: Iterable[str]) -> dict[str, Any]:
         "goals": sorted(g.id for g in tree.goals),
         "nodes": [
             [n.id, n.goal, n.parent, n.depth, n.title, n.description, n.leaf, n.split, n.split_round,
-             list(n.children), n.claim, n.epoch, n.result, _done(tree, n)]
+             list(n.children), n.claim, n.epoch, n.result, n.status == "done"]
             for n in sorted(tree.nodes.values(), key=lambda n: n.id)
         ],
     }

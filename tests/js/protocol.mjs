@@ -188,7 +188,10 @@ function body (value) {
 
 const MAX_DEPTH = 200 // arrays and objects nested deeper are refused as json
 
-function tooDeep (textValue) {
+// Why raw JSON text is not this protocol's JSON before it is even parsed (null when it may
+// be): nested more than MAX_DEPTH deep (JSON.parse would overflow the stack), or a number
+// with a fraction or exponent (JSON.parse would read 2.0 as 2). One pass, outside strings.
+function unparseable (textValue) {
   let depth = 0
   let inString = false
   for (let i = 0; i < textValue.length; i++) {
@@ -197,26 +200,16 @@ function tooDeep (textValue) {
       if (ch === '\\') i++
       else if (ch === '"') inString = false
     } else if (ch === '"') inString = true
-    else if (ch === '[' || ch === '{') { if (++depth > MAX_DEPTH) return true } else if (ch === ']' || ch === '}') depth--
-  }
-  return false
-}
-
-function hasFraction (textValue) {
-  let inString = false
-  for (let i = 0; i < textValue.length; i++) {
-    const ch = textValue[i]
-    if (inString) {
-      if (ch === '\\') i++
-      else if (ch === '"') inString = false
-    } else if (ch === '"') inString = true
+    else if (ch === '[' || ch === '{') {
+      if (++depth > MAX_DEPTH) return `nested more than ${MAX_DEPTH} deep`
+    } else if (ch === ']' || ch === '}') depth--
     else if (/[-0-9]/.test(ch)) {
       const token = /^[-+0-9.eE]+/.exec(textValue.slice(i, i + 400))[0]
-      if (/[.eE]/.test(token)) return true
+      if (/[.eE]/.test(token)) return 'a number with a fraction or an exponent'
       i += token.length - 1
     }
   }
-  return false
+  return null
 }
 
 function wellFormed (value) {
@@ -248,13 +241,13 @@ export function decodeEvent (raw) {
   let textValue, value
   try {
     textValue = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes)
-    if (tooDeep(textValue)) throw new Error(`nested more than ${MAX_DEPTH} deep`)
+    const why = unparseable(textValue)
+    if (why) throw new Error(why)
     value = JSON.parse(textValue)
   } catch (error) {
     throw new Refused('json', `not JSON: ${error.message}`)
   }
   if (!wellFormed(value)) throw new Refused('json', 'a string holds a lone surrogate')
-  if (hasFraction(textValue)) throw new Refused('json', 'a number with a fraction or an exponent')
   const problem = object(value, ENVELOPE)
   if (problem) throw new Refused('schema', problem)
   if (!canonicalBytes(value).equals(bytes)) {
