@@ -162,6 +162,7 @@ class Member:
         self._last_renew: dict[str, int] = {}
         self._think_in_thread = think_in_thread
         self._trace = trace
+        self.still = False  # see hold_still()
 
     # --- events in ------------------------------------------------------------
 
@@ -420,6 +421,13 @@ class Member:
             if due:
                 self._admit(due, "held")
 
+    def hold_still(self) -> None:
+        """Sign nothing more (no vote, claim, renewal or result; a model call under way is
+        dropped), while events still come in and sync still serves and pulls: the drain before
+        a final read, so the copies can be compared without new events in flight."""
+        self.still = True
+        self.changed.set()
+
     @property
     def mute(self) -> bool:
         """True while it must not sign: its store lost own events no peer has given back yet."""
@@ -447,6 +455,8 @@ class Member:
         """Carry out what the policy says now: start at most one model call, publish at most
         one bookkeeping event. True when an event went out (decide again at once: the tree
         changed, and the tree, not a memory of ours, says what was done)."""
+        if self.still:
+            return False
         now = self.clock.peek().ms
         for intent in policy(self.tree, self.me, now):
             if intent in self._done:
@@ -493,7 +503,9 @@ class Member:
                            outcome="failed" if body is None else body.kind)
             if self.metrics is not None:
                 self.metrics.thought(kind, seconds)
-            if body is None:
+            if self.still:
+                pass  # holding still: nothing more is signed
+            elif body is None:
                 self._done.discard(intent)  # the model failed; the policy will ask again
             elif isinstance(body, ResultBody) and self._claim_gone(body.leaf, body.claim):
                 # our claim lost or lapsed while we worked: the result could never be accepted

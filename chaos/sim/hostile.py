@@ -106,17 +106,20 @@ class Hostile:
 
     async def run(self) -> None:
         endpoint = self.fabric.endpoint(self._identity("network").peer_id)
-        async with trio.open_nursery() as nursery:
-            endpoint.attach(nursery)
-            if "stall" in self.behaviours:
-                endpoint.serve(self._never_answer)
-            self.fabric.bring_up(endpoint)
-            for behaviour in self.behaviours:
-                self.say(f"hostile {behaviour}")
-                await getattr(self, "_" + behaviour.replace("-", "_"))(endpoint.peer_id)
-            if "stall" in self.behaviours:
-                await trio.sleep_forever()  # stays up, accepting pulls it never answers
-            nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                endpoint.attach(nursery)
+                if "stall" in self.behaviours:
+                    endpoint.serve(self._never_answer)
+                self.fabric.bring_up(endpoint)
+                for behaviour in self.behaviours:
+                    self.say(f"hostile {behaviour}")
+                    await getattr(self, "_" + behaviour.replace("-", "_"))(endpoint.peer_id)
+                if "stall" in self.behaviours:
+                    await trio.sleep_forever()  # stays up, accepting pulls it never answers
+                nursery.cancel_scope.cancel()
+        finally:
+            self.fabric.take_down(endpoint.peer_id)  # its streams can no longer be served
 
     async def _never_answer(self, stream) -> None:
         await trio.sleep_forever()

@@ -70,6 +70,10 @@ class Slot:
         self.clock_ms = 0  # the nemesis's extra offset (jumps, strobes) on top of its skew
         self.durability = 2  # the store's synchronous level when it crashed (2: every commit durable)
         self.crash_image: dict[str, bytes] = {}  # the store's files as they were at the kill
+        # the events it held at the kill: a task of the killed member that was already runnable
+        # may still store one before the cancellation reaches it (seed 2679), but that write is
+        # not in the crash image, and it was never acknowledged by the process that died
+        self.held_at_kill: frozenset[str] = frozenset()
         self.member: Member | None = None
         self.scope: trio.CancelScope | None = None
         self.store: EventStore | None = None
@@ -99,7 +103,7 @@ class Slot:
         return [self.data_dir / f"{DB_NAME}{suffix}" for suffix in ("", "-wal", "-shm")]
 
     async def start(self, flag: str = "") -> None:
-        held_before = set(self.record_ids())
+        held_before = self.held_at_kill
         if self.state == "down":
             # a killed process never closes its store (closing would checkpoint the log into
             # the database): the disk holds exactly what it held at the kill
@@ -160,6 +164,7 @@ class Slot:
         self.durability = self.store.durability()
         self.crash_image = {p.name: p.read_bytes() for p in self._files() if p.exists()}
         self.record.events = self.member.index.events()
+        self.held_at_kill = frozenset(e.id for e in self.record.events)
         self.model_calls += self.member.stats.model_calls
         self.world.fabric.take_down(self.identity.peer_id)
         self.scope.cancel()

@@ -80,6 +80,10 @@ def test_stalls_are_reported_as_stalls_when_too_few_scorers_survive() -> None:
     stalled = [o for o in outcomes if o.stalled]
     assert stalled, "some seed should stop a needed member before the plan completes"
     assert all(not o.completed for o in stalled)
+    # a stalled run is read after a drain: everyone holds still while sync catches them up
+    trace = list(judge(replace(base, seed=stalled[0].seed), keep_trace=True).trace)
+    drain = next(i for i, line in enumerate(trace) if "members hold still" in line)
+    assert not [line for line in trace[drain:] if " published " in line]
 
 
 def test_a_restarted_member_comes_back_from_its_store() -> None:
