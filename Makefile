@@ -9,7 +9,7 @@ SEED ?= 0
 SEEDS ?= 300
 FAULTS ?= all
 
-.PHONY: install install-core js-deps vectors test test-fast bench lint swarm swarm-down admit engine image toxiproxy chaos sim wheels quality clean
+.PHONY: install install-core js-deps browser vectors test test-fast bench lint swarm swarm-down admit engine image toxiproxy chaos sim wheels quality clean
 
 # The local model: llama-cpp-python is only on PyPI as source (it compiles llama.cpp,
 # about 4 minutes on 2 cores), so its wheel is built once, portable (no -march=native),
@@ -51,11 +51,16 @@ tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.js
 vectors: install-core
 	$(BIN)/python -m tests.vectors.generate
 
+# The live page's test drives a real headless Chromium: Debian's package, launched by path.
+browser:
+	@command -v chromium >/dev/null || { echo "installing chromium (Debian's package) for the live page's browser test"; \
+	  apt-get update -q && apt-get install -y -q chromium; }
+
 # The lab tests start containers: the engine, image and Toxiproxy come first.
-test: install js-deps image toxiproxy
+test: install js-deps browser image toxiproxy
 	$(BIN)/pytest -q
 
-test-fast: install js-deps
+test-fast: install js-deps browser
 	$(BIN)/pytest -q -m "not slow"
 
 bench: install image toxiproxy
@@ -90,13 +95,15 @@ COMPOSE_ENV = LLM=$(LLM) CLUSTER=$(CLUSTER) OUT_DIR=$(abspath $(OUT)) LAB_DIR=$(
   SWARM_MODEL_FILE=$$(if [ "$(LLM)" = llama ]; then $(BIN)/swarm model | sed -n 's/^  path *//p'; else echo /dev/null; fi)
 SWARM_TIMEOUT ?= 1800
 
+WEB_PORT ?= 8080
 swarm: install image admit
-	$(COMPOSE_ENV) $(COMPOSE) up -d
+	WEB_PORT=$(WEB_PORT) $(COMPOSE_ENV) $(COMPOSE) up -d
+	@echo "the live page: http://127.0.0.1:$(WEB_PORT)/ (the observer's; WEB_PORT=... to move it)"
 	$(COMPOSE_ENV) $(COMPOSE) run --rm client submit "$(GOAL)" --cluster $(CLUSTER) --timeout 120 \
 	  --data-dir /client --roster /roster.json
 	$(COMPOSE_ENV) $(COMPOSE) run --rm client observe --cluster $(CLUSTER) --follow --until-complete \
 	  --timeout $(SWARM_TIMEOUT) --data-dir /watcher --json /out/plan.json --md /out/plan.md
-	@echo "plan written to $(OUT)/plan.json and $(OUT)/plan.md; 'make swarm-down' removes the cluster"
+	@echo "plan written to $(OUT)/plan.json and $(OUT)/plan.md; the page stays at http://127.0.0.1:$(WEB_PORT)/ until 'make swarm-down' removes the cluster"
 
 # Admission for the compose cluster (idempotent): the authority once, a ticket per member.
 admit: install-core

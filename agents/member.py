@@ -146,7 +146,7 @@ class Member:
         self.own = OwnFeed(self.author, feed_head_path, new_key) if self.author is not None else None
         self._on_transition = on_transition
         self._transitions_file = open(transitions_path, "a", encoding="utf-8") if transitions_path else None  # noqa: SIM115 (closed in close())
-        self._now_ms = now_ms
+        self.now_ms = now_ms
         self._show(Transition("start"))
         self.tree: PlanTree = fold(self.index.events())
         for change in changes(None, self.tree):
@@ -163,6 +163,8 @@ class Member:
         self._think_in_thread = think_in_thread
         self._trace = trace
         self.still = False  # see hold_still()
+        # what it is thinking about now and since when (its wall ms): the status channel says so
+        self.doing: tuple[str, str, int] | None = None
 
     # --- events in ------------------------------------------------------------
 
@@ -220,7 +222,7 @@ class Member:
         if self._on_transition is not None:
             self._on_transition(change)
         if self._transitions_file is not None:
-            record = {"at_ms": self._now_ms(), "hlc": list(self.clock.last), **change.to_json()}
+            record = {"at_ms": self.now_ms(), "hlc": list(self.clock.last), **change.to_json()}
             self._transitions_file.write(json.dumps(record) + "\n")
             self._transitions_file.flush()
 
@@ -492,6 +494,7 @@ class Member:
             if delay > 0:
                 await trio.sleep(delay)
             self.stats.model_calls += 1
+            self.doing = (kind, key, self.now_ms())
             self._log.info("thinking", kind=kind, about=key[:10])
             started = time.monotonic()
             if self._think_in_thread:
@@ -519,4 +522,5 @@ class Member:
                     self._done.discard(intent)  # not stored, not sent: think again later
         finally:
             self._model_busy = False
+            self.doing = None
             self.changed.set()

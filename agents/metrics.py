@@ -103,5 +103,5 @@ def parse_address(text: str) -> tuple[str, int]:
     """``HOST:PORT`` (``:PORT`` for every interface) -> (host, port); ValueError names the problem."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--metrics wants HOST:PORT (for example 0.0.0.0:9100), not {text!r}")
+        raise ValueError(f"wants HOST:PORT (for example 0.0.0.0:9100), not {text!r}")
     return host or "0.0.0.0", int(port)

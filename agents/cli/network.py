@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import socket
 import sys
@@ -22,7 +23,10 @@ from agents.keyfile import KeyFileError, load_or_create
 from agents.member import Member
 from agents.metrics import MemberMetrics, parse_address
 from agents.render import plan_json, plan_markdown, render_tree, summary
+from agents.status import StatusBoard, publish_statuses, read_statuses
 from agents.store import EventStore, StoreError
+from agents.web.server import Observatory
+from agents.web.server import serve as serve_page
 
 log = structlog.get_logger("swarm.cli")
 DEFAULT_LISTEN = "/ip4/0.0.0.0/tcp/0"
@@ -74,11 +78,23 @@ def _open(data_dir: Path, role: str | None, args: argparse.Namespace) -> tuple[C
         raise CommandError(str(exc)) from None
 
 
-def _member(creds: Credentials, store: EventStore, network, data_dir: Path, **kwargs) -> Member:
+def _member(creds: Credentials, store: EventStore, network, data_dir: Path, **kwargs) -> tuple[Member, StatusBoard]:
+    """The member on ``network``, and the board of what its peers say they are doing: every
+    member screens the status topic, so a status it does not believe goes no further."""
     member = Member(creds, store, network, transitions_path=data_dir / "transitions.jsonl",
                      feed_head_path=data_dir / "feed.head", **kwargs)
     network.validator = member.screen
-    return member
+    board = StatusBoard(creds.gate)
+    network.status_validator = board.screen
+    return member, board
+
+
+async def _run_member(nursery: trio.Nursery, member: Member, network) -> None:
+    """Start the network, the member and its status channel (its own status out, others' in)."""
+    await nursery.start(network.run)
+    await nursery.start(member.run)
+    nursery.start_soon(publish_statuses, member, network)
+    nursery.start_soon(read_statuses, network)
 
 
 def _write_addrs(data_dir: Path, addresses: list[str]) -> None:
@@ -116,7 +132,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_until_signal, nursery.cancel_scope)
-            member = _member(creds, store, network, data_dir, backend=backend, strategy=args.strategy)
+            member, _board = _member(creds, store, network, data_dir, backend=backend, strategy=args.strategy)
             members.append(member)
             if args.metrics:
                 member.metrics = MemberMetrics(creds.role)
@@ -127,9 +143,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
                     raise CommandError(f"cannot serve metrics on {args.metrics}: {exc}; pick another --metrics "
                                        "HOST:PORT") from None
                 log.info("metrics", url=f"http://{host}:{port}/metrics")
-            await nursery.start(network.run)
+            await _run_member(nursery, member, network)
             _write_addrs(data_dir, network.addresses())
-            await nursery.start(member.run)
             log.info("member running", role=creds.role, peer=identity.peer_id, cluster=creds.cluster,
                      data_dir=str(data_dir), events=len(member.index))
 
@@ -174,7 +189,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            member = _member(creds, store, network, data_dir)
+            member, _board = _member(creds, store, network, data_dir)
             await nursery.start(network.run)
             await nursery.start(member.run)
             with trio.move_on_after(args.timeout):
@@ -228,6 +243,7 @@ def _roster(args: argparse.Namespace) -> tuple[str, ...]:
 
 def cmd_observe(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir)
+    web = parse_address(args.web) if args.web else None
     creds, store = _open(data_dir, "observer", args)
     network = _network(creds, args)
     state: dict[str, object] = {"timed_out": False}
@@ -235,14 +251,21 @@ def cmd_observe(args: argparse.Namespace) -> int:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_until_signal, nursery.cancel_scope)
-            member = _member(creds, store, network, data_dir)
+            member, board = _member(creds, store, network, data_dir)
             state["member"] = member
-            await nursery.start(network.run)
-            await nursery.start(member.run)
-            with trio.move_on_after(args.timeout) as deadline:
+            await _run_member(nursery, member, network)
+            if web is not None:
+                try:
+                    url = await nursery.start(serve_page, Observatory(member, board), *web)
+                except OSError as exc:
+                    raise CommandError(f"cannot serve the page on {args.web}: {exc}; pick another --web "
+                                       "HOST:PORT") from None
+                print(f"swarm observe: the live page is at {url}/", flush=True)
+            forever = web is not None and not args.until_complete  # the page stays up until stopped
+            with trio.move_on_after(math.inf if forever else args.timeout) as deadline:
                 while not network.connected_peers():
                     await trio.sleep(0.1)
-                if args.follow or args.until_complete:
+                if args.follow or args.until_complete or web is not None:
                     last = ""
                     while not (args.until_complete and member.tree.complete):
                         line = _progress(member)
@@ -299,7 +322,7 @@ def _emit(tree, args: argparse.Namespace, refused: int, reorganisations: int | N
     print(summary(tree, refused=refused, reorganisations=reorganisations, by_rule=by_rule))
 
 
-def _metrics_address(text: str) -> str:
+def _address(text: str) -> str:
     try:
         parse_address(text)
     except ValueError as exc:
@@ -363,7 +386,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                             "file ({hostname} is replaced by this machine's name)")
     add_llm_options(agent, latency_default=0.0)
     agent.add_argument("--strategy", default="activity", choices=STRATEGIES, help="decomposer: preferred split")
-    agent.add_argument("--metrics", metavar="HOST:PORT", type=_metrics_address,
+    agent.add_argument("--metrics", metavar="HOST:PORT", type=_address,
                        help="serve Prometheus metrics at http://HOST:PORT/metrics (events, refusals by rule, "
                             "sync, gossip latency, model calls)")
     add_network_options(agent)
@@ -394,6 +417,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     observe.add_argument("--timeout", type=float, default=60.0)
     observe.add_argument("--json", metavar="FILE")
     observe.add_argument("--md", metavar="FILE")
+    observe.add_argument("--web", metavar="HOST:PORT", type=_address, help="serve the live page here (and keep observing until "
+                         "stopped, or until complete with --until-complete)")
     observe.add_argument("--data-dir", required=True, help="the observer's identity, ticket and what it learns")
     add_network_options(observe)
     observe.set_defaults(run=cmd_observe)

@@ -117,6 +117,7 @@ class Libp2pNetwork:
         self.peer_id = identity.peer_id
         self.cluster = cluster
         self.topic = f"swarm/{cluster}/events"
+        self.status_topic = f"swarm/{cluster}/status/1"  # PROTOCOL.md section 12: never folded
         self._listen = [multiaddr.Multiaddr(a) for a in listen]
         self._wanted: dict[str, PeerInfo] = {}
         for address in bootstrap:
@@ -125,6 +126,8 @@ class Libp2pNetwork:
                 self._wanted[str(info.peer_id)] = info
         self._mdns = mdns
         self.validator = validator  # set by the member: its intake screens gossip (counted refusals)
+        self.status_validator = None  # set by a status board: a bad status is neither kept nor forwarded
+        self._status_send, self._statuses = trio.open_memory_channel[bytes](1000)
         self._gossip_send, self._gossip = trio.open_memory_channel[bytes](10_000)
         self._conn_send, self._connections = trio.open_memory_channel[str](1000)
         self._handler: StreamHandler | None = None
@@ -160,6 +163,15 @@ class Libp2pNetwork:
     async def publish(self, data: bytes) -> None:
         await self._pubsub.publish(self.topic, data)
 
+    async def publish_status(self, data: bytes) -> None:
+        """Gossip a signed status message (``agents.status``) on the status topic."""
+        await self._pubsub.publish(self.status_topic, data)
+
+    @property
+    def statuses(self) -> trio.MemoryReceiveChannel[bytes]:
+        """Status messages gossiped by others, past ``status_validator``."""
+        return self._statuses
+
     async def open_stream(self, peer: str) -> Libp2pStream:
         try:
             with trio.fail_after(DIAL_TIMEOUT):
@@ -188,6 +200,9 @@ class Libp2pNetwork:
     def _validate(self, _peer: ID, message) -> bool:
         return self.validator is None or bool(self.validator(message.data))
 
+    def _validate_status(self, _peer: ID, message) -> bool:
+        return self.status_validator is None or bool(self.status_validator(message.data))
+
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         if self._mdns:
             # before the host starts: it starts mDNS itself, and a peer found before we
@@ -202,23 +217,26 @@ class Libp2pNetwork:
             await self._pubsub.wait_until_ready()
             self._pubsub.set_topic_validator(self.topic, self._validate, False)
             subscription = await self._pubsub.subscribe(self.topic)
+            self._pubsub.set_topic_validator(self.status_topic, self._validate_status, False)
+            statuses = await self._pubsub.subscribe(self.status_topic)
             self.host.set_stream_handler(SYNC_PROTOCOL, self._on_stream)
-            nursery.start_soon(self._drain, subscription)
+            nursery.start_soon(self._drain, subscription, self._gossip_send)
+            nursery.start_soon(self._drain, statuses, self._status_send)
             nursery.start_soon(self._dial_loop)
             nursery.start_soon(self._liveness_loop)
             log.info("listening", peer=self.peer_id, addrs=self.addresses(), topic=self.topic)
             task_status.started()
             await trio.sleep_forever()
 
-    async def _drain(self, subscription) -> None:
+    async def _drain(self, subscription, into: trio.MemorySendChannel[bytes]) -> None:
         while True:
             message = await subscription.get()
             if ID(message.from_id) == self.host.get_id():
                 continue
             try:
-                self._gossip_send.send_nowait(message.data)
-            except trio.WouldBlock:
-                log.warning("gossip queue full; dropping (sync will fetch it)")
+                into.send_nowait(message.data)
+            except trio.WouldBlock:  # events: sync fetches them; statuses: the next one comes in seconds
+                log.warning("gossip queue full; dropping", topic=message.topicIDs[0] if message.topicIDs else "")
 
     def _listen_for_mdns(self) -> None:
         from libp2p.discovery.events.peerDiscovery import peerDiscovery

@@ -1,0 +1,207 @@
+"""The live page (``swarm observe --web``) in a real headless Chromium, against a real swarm;
+and the status channel that tells it what each member is doing."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import trio
+
+from agents.cli.plan import free_port, swarm_command
+from agents.clusterdir import credentials
+from agents.core.identity import Identity
+from agents.keyfile import load_or_create
+from agents.status import STALE_AFTER_S, StatusBoard, read_status, sign_status
+from agents.web.server import read_faults
+from tests.browser import Browser, Page
+from tests.cluster import LocalCluster
+
+REPORTS = Path(__file__).resolve().parents[2] / "reports" / "tests" / "web"
+
+# Runs inside the page: when each thing first showed (wall ms), and a mark a reload would erase.
+RECORDER = """
+window.__mark = "loaded once";
+window.__seen = {goal: null, complete: null, lost: null, splits: {}, done: {}};
+setInterval(() => {
+  const now = Date.now(), seen = window.__seen;
+  if (seen.goal === null && document.getElementById("goal").textContent.startsWith("Plan")) seen.goal = now;
+  for (const li of document.querySelectorAll("li[data-split]")) seen.splits[li.dataset.node] ??= now;
+  for (const li of document.querySelectorAll("li[data-leaf=true][data-status=done]")) seen.done[li.dataset.node] ??= now;
+  if (seen.complete === null && document.getElementById("state").textContent === "complete") seen.complete = now;
+  if (seen.lost === null && document.getElementById("link").textContent !== "live") seen.lost = now;
+}, 20);
+"""
+
+
+def _status_record(creds, at: int, doing: str = "idle") -> dict:
+    return {"v": 1, "cluster": creds.cluster, "peer": creds.identity.peer_id, "role": creds.role,
+            "ticket": creds.ticket.sig, "at": at, "doing": doing, "about": "", "since": at, "model_calls": 0,
+            "tokens": 0, "events": 0, "refused": 0, "held": 0}
+
+
+def test_a_status_is_believed_only_from_an_admitted_peer_about_itself(tmp_path) -> None:
+    cluster = LocalCluster(tmp_path, "status")
+    data_dir = cluster.admit("scorer-0", "scorer")
+    creds = credentials(data_dir, load_or_create(data_dir), None, None)
+    gate = creds.gate
+    raw = sign_status(creds, _status_record(creds, 1000, "score"))
+    assert read_status(raw, gate).doing == "score"
+
+    clock = [0.0]
+    board = StatusBoard(gate, clock=lambda: clock[0])
+    assert board.screen(raw)
+    assert not board.screen(raw), "a replay is not news and is not forwarded"
+    forged = raw.replace(b'"score"', b'"execute"')
+    sybil_key = Identity.generate()
+    sybil = dict(_status_record(creds, 2000), peer=sybil_key.peer_id)
+    sybil_raw = sign_status(type(creds)(sybil_key, creds.ticket, gate), sybil)
+    other_cluster = sign_status(creds, dict(_status_record(creds, 3000), cluster="elsewhere"))
+    for bad in (forged, sybil_raw, other_cluster, b"x" * 5000, b"{not json", b"[]"):
+        assert not board.screen(bad)
+    assert board.refused == {"signature": 1, "ticket": 1, "cluster": 1, "size": 1, "json": 1, "schema": 1}
+
+    [row] = board.members()
+    assert row["alive"] and row["doing"] == "score"
+    clock[0] = STALE_AFTER_S + 0.1
+    assert not board.members()[0]["alive"], "a member silent for longer than the bound is unreachable"
+    assert board.screen(sign_status(creds, _status_record(creds, 4000)))
+    assert board.members()[0]["alive"] and board.members()[0]["doing"] == "idle"
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        return answer.read()
+
+
+def _put(url: str, body: bytes) -> bytes:
+    with urllib.request.urlopen(urllib.request.Request(url, data=body, method="PUT"), timeout=5) as answer:
+        return answer.read()
+
+
+def _wait_serving(url: str, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            _get(url + "state")
+            return
+        except (urllib.error.URLError, ConnectionError):
+            assert process.poll() is None, f"swarm observe --web exited: {log.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, f"the page never answered: {log.read_text()[-2000:]}"
+            time.sleep(0.2)
+
+
+def _first_split_shown(cluster: LocalCluster) -> dict[str, int]:
+    """node -> the earliest wall ms any member showed its split (from its transitions log)."""
+    first: dict[str, int] = {}
+    for proc in cluster.procs.values():
+        for line in (proc.data_dir / "transitions.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            if record["kind"] == "split" and record["after"]:
+                first[record["node"]] = min(first.get(record["node"], record["at_ms"]), record["at_ms"])
+    return first
+
+
+async def _wait_for(page: Page, expression: str, what: str, timeout: float) -> None:
+    with trio.move_on_after(timeout):
+        while not await page.evaluate(expression):
+            await trio.sleep(0.1)
+        return
+    raise AssertionError(f"the page never showed {what} within {timeout:g} s")
+
+
+def test_the_live_page_shows_the_plan_grow_across_an_observer_restart_and_a_late_page_the_same_digest(tmp_path) -> None:
+    cluster = LocalCluster(tmp_path, "web", llm_latency=0.8)
+    cluster.shape(1, 3, 2)
+    cluster.start()
+    observer = cluster.admit("observer", "observer")
+    url = f"http://127.0.0.1:{free_port()}/"
+    log = tmp_path / "observer.log"
+    command = [*swarm_command(), "observe", "--web", url[len("http://"):-1], "--data-dir", str(observer),
+               *cluster.bootstrap_args()]
+    processes = [subprocess.Popen(command, stdout=log.open("ab"), stderr=subprocess.STDOUT)]
+
+    def restart_observer() -> None:
+        processes[-1].terminate()
+        processes[-1].wait(10)
+        processes.append(subprocess.Popen(command, stdout=log.open("ab"), stderr=subprocess.STDOUT))
+
+    try:
+        _wait_serving(url, processes[0], log)
+        with Browser() as browser:
+            seen, first_digest = trio.run(_watch_a_run, browser, url, cluster, restart_observer)
+            second_digest = trio.run(_open_late, browser, url)
+        digest = cluster.wait_converged()
+    finally:
+        processes[-1].terminate()
+        processes[-1].wait(10)
+        cluster.stop()
+
+    assert seen["mark"] == "loaded once", "the page reloaded"
+    assert seen["goal"] is not None and seen["splits"] and seen["complete"] is not None
+    assert seen["goal"] <= min(seen["splits"].values()) <= seen["complete"], seen
+    assert seen["done"] and max(seen["done"].values()) <= seen["complete"], seen
+    tree = cluster.tree("scorer-0")
+    assert set(seen["done"]) == {n.id for n in tree.leaves()}, "every leaf was shown done"
+    assert set(seen["splits"]) == {n.id for n in tree.nodes.values() if n.split}
+    assert first_digest == second_digest == digest == tree.digest
+
+    # how long the page took to reflect an accepted split, from the first member that showed it
+    first_shown = _first_split_shown(cluster)
+    lags = [seen["splits"][node] - first_shown[node] for node in seen["splits"]]
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    (REPORTS / "split-lag.json").write_text(json.dumps({"lags_ms": lags, "median_ms": statistics.median(lags)}))
+    print(f"page reflected {len(lags)} accepted split(s) a median {statistics.median(lags):.0f} ms after the "
+          f"first member showed them (each: {lags})")
+
+
+async def _watch_a_run(browser: Browser, url: str, cluster: LocalCluster, restart) -> tuple[dict, str]:
+    async with Page(browser.new_page_url()) as page:
+        await page.goto(url)
+        await page.evaluate(RECORDER)
+        await _wait_for(page, "document.querySelectorAll('#members tr').length >= 7", "every member", 30)
+        fault = "partition: scorer-0 | the rest (a test's word, not a real fault)"
+        await trio.to_thread.run_sync(lambda: _put(url + "faults", json.dumps([fault]).encode()))
+        await _wait_for(page, f"document.getElementById('faults').textContent.includes({json.dumps(fault)})",
+                        "the faults in force", 10)
+        await trio.to_thread.run_sync(lambda: cluster.submit("Plan a two-week trip to Japan", max_depth=2))
+        await _wait_for(page, "document.getElementById('state').textContent === 'complete'", "a complete plan", 180)
+        seen = await page.evaluate("({...window.__seen, mark: window.__mark})")
+        # bookkeeping may still arrive after completion: the page follows it to the final digest
+        digest = await trio.to_thread.run_sync(cluster.wait_converged)
+        shows_final = f"document.getElementById('digest').dataset.digest === {json.dumps(digest)}"
+        await _wait_for(page, shows_final, "the members' final digest", 30)
+        await page.screenshot(REPORTS / "live-page.png")
+        # the page stays open across the observer's restart: it reconnects and shows the plan again
+        await trio.to_thread.run_sync(restart)
+        await _wait_for(page, f"window.__seen.lost !== null && document.getElementById('link').textContent === "
+                        f"'live' && {shows_final}", "the plan again after the observer's restart", 60)
+        assert await page.evaluate("window.__mark") == "loaded once"
+        return seen, digest
+
+
+async def _open_late(browser: Browser, url: str) -> str:
+    async with Page(browser.new_page_url()) as page:
+        await page.goto(url)
+        await _wait_for(page, "document.getElementById('state').textContent === 'complete'", "the final plan", 30)
+        await page.screenshot(REPORTS / "late-page.png")
+        return await page.evaluate("document.getElementById('digest').dataset.digest")
+
+
+def test_observe_refuses_a_bad_web_address() -> None:
+    done = subprocess.run([*swarm_command(), "observe", "--web", "nowhere", "--data-dir", "x"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "HOST:PORT" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("body", [b"not json", b'{"a": 1}', json.dumps(["x"] * 65).encode(), b'[1, 2]'])
+def test_the_faults_endpoint_refuses_what_is_not_a_short_list_of_strings(body: bytes) -> None:
+    with pytest.raises(ValueError, match=r"JSON list of at most 64 strings|not JSON"):
+        read_faults(body)
+    assert read_faults(b'["partition scorer-0 | the rest"]') == ["partition scorer-0 | the rest"]
