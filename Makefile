@@ -53,7 +53,9 @@ vectors: install-core
 
 # The live page's test drives a real headless Chromium: Debian's package, launched by path.
 browser:
-	@command -v chromium >/dev/null || { echo "installing chromium (Debian's package) for the live page's browser test"; \
+	@command -v chromium >/dev/null || { \
+	  [ "$$(id -u)" = 0 ] || { echo "the live page's browser test needs Debian's chromium: sudo apt-get install chromium"; exit 2; }; \
+	  echo "installing chromium (Debian's package) for the live page's browser test"; \
 	  apt-get update -q && apt-get install -y -q chromium; }
 
 # The lab tests start containers: the engine, image and Toxiproxy come first.

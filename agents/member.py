@@ -96,6 +96,10 @@ class MemberStats:
     store_errors: int = 0  # writes the store refused (a full disk): nothing was acknowledged
 
 
+class HoldingStill(RuntimeError):
+    """``publish`` after ``hold_still``: the member signs nothing more."""
+
+
 class Member:
     def __init__(
         self,
@@ -253,6 +257,8 @@ class Member:
     async def publish(self, body: AnyBody) -> Event:
         assert self.author is not None and self.own is not None, "an observer never publishes"
         await self.own.ready.wait()
+        if self.still:  # it may have started holding still while this task waited
+            raise HoldingStill("holding still: nothing more is signed")
         event = self.author.sign(body)
         try:
             self._admit([event], "self")
@@ -476,8 +482,8 @@ class Member:
                 self._last_renew[intent.claim] = now
             try:
                 await self.publish(compose(intent, self.tree, self.backend, self.me))  # type: ignore[arg-type]
-            except StoreError:
-                return False  # logged; the policy asks again next time
+            except (StoreError, HoldingStill):
+                return False  # logged; the policy asks again next time (unless holding still)
             return True
         return False
 
@@ -520,6 +526,8 @@ class Member:
                     await self.publish(body)
                 except StoreError:
                     self._done.discard(intent)  # not stored, not sent: think again later
+                except HoldingStill:
+                    pass
         finally:
             self._model_busy = False
             self.doing = None

@@ -23,17 +23,20 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from agents.core.admission import Gate
 from agents.core.canonical import canonical_bytes
 from agents.core.identity import verify
 
 if TYPE_CHECKING:
-    from agents.core.admission import Credentials, Gate
+    from agents.core.admission import Credentials
     from agents.member import Member
 
 STATUS_VERSION = 1
 MAX_STATUS_BYTES = 4096
 STATUS_EVERY_S = 2.0
 STATUS_MIN_GAP_S = 0.5
+MIN_GAP_MS = int(STATUS_MIN_GAP_S * 1000 * 0.8)  # a peer's statuses closer than this are refused (rate)
+FRESH_MS = 60_000  # a status stamped further than this from the reader's clock is refused (stale)
 STALE_AFTER_S = 5 * STATUS_EVERY_S  # py-libp2p gossip at 11 members: a status can take 4-5 s
 _FIELDS = {"v": int, "cluster": str, "peer": str, "role": str, "ticket": str, "at": int, "doing": str,
            "about": str, "since": int, "model_calls": int, "tokens": int, "events": int, "refused": int,
@@ -99,10 +102,15 @@ def read_status(raw: bytes, gate: Gate) -> Status:
         raise StatusError("schema: unknown version or activity")
     if record["cluster"] != gate.cluster:
         raise StatusError(f"cluster: for {record['cluster']!r}, not {gate.cluster!r}")
+    if raw != canonical_bytes(record):
+        raise StatusError("canonical: not the canonical encoding of its fields")
+    text = record.pop("sig")
     try:
-        sig = base64.b64decode(record.pop("sig"), validate=True)
+        sig = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise StatusError("signature: not base64") from None
+    if len(sig) != 64 or base64.b64encode(sig).decode("ascii") != text:
+        raise StatusError("signature: not 64 bytes in canonical base64")
     if not verify(record["peer"], canonical_bytes(record), sig):
         raise StatusError("signature: not the peer's own")
     if not gate.admits(record["peer"], record["role"], record["ticket"]):
@@ -111,26 +119,38 @@ def read_status(raw: bytes, gate: Gate) -> Status:
 
 
 class StatusBoard:
-    """The newest believed status of each peer, and when it arrived (this process's clock)."""
+    """The newest believed status of each peer, and when it arrived (``clock``: this
+    process's monotonic seconds; ``wall``: its wall ms, to judge freshness)."""
 
-    def __init__(self, gate: Gate, clock=time.monotonic) -> None:
-        self.gate = gate
+    def __init__(self, gate: Gate, clock=time.monotonic, wall=lambda: int(time.time() * 1000)) -> None:
+        # a gate of its own: its ticket cache is not the event intake's, so sybil statuses
+        # cannot push honest authors' verdicts out of the cache the plan depends on
+        self.gate = Gate(gate.cluster, gate.authority)
         self.clock = clock
+        self.wall = wall
         self.latest: dict[str, tuple[Status, float]] = {}
         self.refused: dict[str, int] = {}  # by rule
         self.changed = trio.Event()
 
+    def _refuse(self, rule: str) -> bool:
+        self.refused[rule] = self.refused.get(rule, 0) + 1
+        return False
+
     def screen(self, raw: bytes) -> bool:
-        """The gossip validator: keep and forward only believed, newer statuses."""
+        """The gossip validator: keep and forward only believed, fresh, newer statuses, at
+        most one per peer every ``MIN_GAP_MS``; every refusal is counted by rule."""
         try:
             status = read_status(raw, self.gate)
         except StatusError as exc:
-            rule = str(exc).split(":", 1)[0]
-            self.refused[rule] = self.refused.get(rule, 0) + 1
-            return False
+            return self._refuse(str(exc).split(":", 1)[0])
+        if abs(status.at - self.wall()) > FRESH_MS:
+            return self._refuse("stale")  # a recording replayed, or a clock far off
         known = self.latest.get(status.peer)
-        if known is not None and known[0].at >= status.at:
-            return False  # a replay or an older one: nothing new to forward
+        if known is not None:
+            if known[0].at >= status.at:
+                return self._refuse("replay")
+            if status.at - known[0].at < MIN_GAP_MS:
+                return self._refuse("rate")
         self.note(status)
         return True
 
@@ -139,13 +159,25 @@ class StatusBoard:
         self.changed.set()
         self.changed = trio.Event()
 
-    def members(self) -> list[dict[str, Any]]:
-        """Every peer heard from, with ``alive`` and ``heard_s_ago``, by role then peer."""
+    def members(self, expected: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """Every peer heard from, and every ``expected`` one (peer -> role) never heard, with
+        ``alive``; how long it has been doing what it does (``doing_s``, whole seconds); how
+        long it has been silent when it is not alive. By role, then peer."""
         now = self.clock()
         rows = []
         for status, heard in self.latest.values():
             ago = now - heard
-            rows.append({**status.to_json(), "alive": ago <= STALE_AFTER_S, "heard_s_ago": round(ago, 1)})
+            alive = ago <= STALE_AFTER_S
+            busy = status.doing not in ("idle", "watch", "mute")
+            row = {k: v for k, v in status.to_json().items() if k not in ("at", "since")}
+            rows.append({**row, "alive": alive,
+                         "doing_s": int((status.at - status.since) / 1000 + ago) if busy else 0,
+                         "silent_s": None if alive else int(ago)})
+        for peer, role in (expected or {}).items():
+            if peer not in self.latest:
+                rows.append({"peer": peer, "role": role, "doing": "never heard", "about": "", "model_calls": 0,
+                             "tokens": 0, "events": 0, "refused": 0, "held": 0, "alive": False, "doing_s": 0,
+                             "silent_s": None})
         return sorted(rows, key=lambda r: (r["role"], r["peer"]))
 
 

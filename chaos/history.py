@@ -89,6 +89,7 @@ class History:
     last_fault_at: float = 0.0  # when the last fault ended (the last heal or restart)
     converged_at: float | None = None  # first time all live members agreed on a complete plan
     ended_at: float = 0.0
+    drained_from: float | None = None  # a stalled run's members held still from then until ended_at
     convergence_bound_s: float = 120.0
     hostile: tuple[str, ...] = ()  # what the hostile peer did, if one ran
     # how far a member's logged times may trail what the recorder saw (the lab samples stores once a

@@ -98,6 +98,8 @@ class Page:
         return result["result"].get("value")
 
     async def goto(self, url: str) -> None:
+        await self.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1,
+                        mobile=False)
         await self.call("Page.enable")
         await self.call("Page.navigate", url=url)
         with trio.fail_after(30):

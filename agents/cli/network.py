@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import secrets
 import signal
 import socket
 import sys
@@ -26,6 +28,7 @@ from agents.render import plan_json, plan_markdown, render_tree, summary
 from agents.status import StatusBoard, publish_statuses, read_statuses
 from agents.store import EventStore, StoreError
 from agents.web.server import Observatory
+from agents.web.server import listen as listen_page
 from agents.web.server import serve as serve_page
 
 log = structlog.get_logger("swarm.cli")
@@ -128,21 +131,24 @@ def cmd_agent(args: argparse.Namespace) -> int:
             raise CommandError(str(exc)) from None
     network = _network(creds, args)
     members: list[Member] = []
+    metrics = None
+    if args.metrics:  # bound before the event loop: a busy port is a plain error here
+        metrics = MemberMetrics(creds.role)
+        host, port = parse_address(args.metrics)
+        try:
+            metrics.serve(host, port)
+        except OSError as exc:
+            store.close()
+            raise CommandError(f"cannot serve metrics on {args.metrics}: {exc.strerror or exc}; pick another "
+                               "--metrics HOST:PORT") from None
+        log.info("metrics", url=f"http://{host}:{port}/metrics")
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_until_signal, nursery.cancel_scope)
             member, _board = _member(creds, store, network, data_dir, backend=backend, strategy=args.strategy)
+            member.metrics = metrics
             members.append(member)
-            if args.metrics:
-                member.metrics = MemberMetrics(creds.role)
-                host, port = parse_address(args.metrics)
-                try:
-                    member.metrics.serve(host, port)
-                except OSError as exc:
-                    raise CommandError(f"cannot serve metrics on {args.metrics}: {exc}; pick another --metrics "
-                                       "HOST:PORT") from None
-                log.info("metrics", url=f"http://{host}:{port}/metrics")
             await _run_member(nursery, member, network)
             _write_addrs(data_dir, network.addresses())
             log.info("member running", role=creds.role, peer=identity.peer_id, cluster=creds.cluster,
@@ -246,6 +252,20 @@ def cmd_observe(args: argparse.Namespace) -> int:
     web = parse_address(args.web) if args.web else None
     creds, store = _open(data_dir, "observer", args)
     network = _network(creds, args)
+    page_socket, token = None, ""
+    if web is not None:
+        try:
+            page_socket = listen_page(*web)
+        except OSError as exc:
+            store.close()
+            raise CommandError(f"cannot serve the page on {args.web}: {exc.strerror or exc}; pick another "
+                               "--web HOST:PORT") from None
+        token = secrets.token_urlsafe(24)  # for PUT /faults: whoever can read the data directory
+        token_path = data_dir / "web.token"
+        token_path.unlink(missing_ok=True)
+        handle = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(handle, token.encode())
+        os.close(handle)
     state: dict[str, object] = {"timed_out": False}
 
     async def main() -> None:
@@ -254,12 +274,8 @@ def cmd_observe(args: argparse.Namespace) -> int:
             member, board = _member(creds, store, network, data_dir)
             state["member"] = member
             await _run_member(nursery, member, network)
-            if web is not None:
-                try:
-                    url = await nursery.start(serve_page, Observatory(member, board), *web)
-                except OSError as exc:
-                    raise CommandError(f"cannot serve the page on {args.web}: {exc}; pick another --web "
-                                       "HOST:PORT") from None
+            if page_socket is not None:
+                url = await nursery.start(serve_page, Observatory(member, board, token), page_socket)
                 print(f"swarm observe: the live page is at {url}/", flush=True)
             forever = web is not None and not args.until_complete  # the page stays up until stopped
             with trio.move_on_after(math.inf if forever else args.timeout) as deadline:

@@ -53,6 +53,7 @@ DIAL_INTERVAL = 2.0
 PING_INTERVAL = 2.0
 PING_TIMEOUT = 4.0
 DIAL_TIMEOUT = 5.0
+SEEN_TTL_S = 120  # gossip message ids remembered, and validation verdicts cached, this long
 CLOSE_TIMEOUT = 1.0  # closing or resetting a sync stream: past it the stream is left to the muxer
 
 
@@ -144,8 +145,22 @@ class Libp2pNetwork:
             gossip_window=3, gossip_history=5,
             adaptive_gossip_enabled=False, spam_protection_enabled=False,
         )
-        self._pubsub = Pubsub(self.host, self._router, msg_id_constructor=lambda m: hashlib.sha256(m.data).digest())
+        # py-libp2p caches a validation verdict by message id for its validation TTL; the id
+        # must name the topic too, or the bytes of an honest status replayed on the events
+        # topic (refused there) would make every receiver drop the real status as "known bad".
+        # And a verdict must not outlive the seen-cache: a replay after it would skip the
+        # validator and be forwarded.
+        self._pubsub = Pubsub(self.host, self._router, msg_id_constructor=self._message_id,
+                              seen_ttl=SEEN_TTL_S, validation_cache_ttl=SEEN_TTL_S)
         self._known_connected: set[str] = set()
+
+    def _message_id(self, message) -> bytes:
+        """sha256 of the data on the events topic alone (PROTOCOL.md section 11); on any other
+        topic, or several, sha256 of the topics, a zero byte and the data."""
+        topics = sorted(message.topicIDs)
+        if topics == [self.topic]:
+            return hashlib.sha256(message.data).digest()
+        return hashlib.sha256(",".join(topics).encode() + b"\0" + message.data).digest()
 
     # --- Network interface -------------------------------------------------
 

@@ -9,16 +9,20 @@ Hypercorn (its trio worker) serves a small Starlette app:
   faults in force;
 * ``/stream``: the same view as server-sent events, one message whenever it changes, so
   the page updates by itself; a browser reconnects on its own after a restart;
-* ``PUT /faults``: the lab's nemesis says which faults are in force (a JSON list of
-  strings); the page shows them. Nothing on the page is ever folded into the plan.
+* ``PUT /faults``: a nemesis says which faults are in force (a JSON list of strings, with
+  the observer's token from ``DATA_DIR/web.token`` as a bearer token); the page shows
+  them. Nothing on the page is ever folded into the plan.
 
-One task builds the view at most ``TICK_S`` apart and only when something changed; every
-open page waits on it, so ten pages cost what one does.
+One task builds the view every ``TICK_S`` and sends it only when it changed (a busy
+member's "for how long" moves once a second); every open page waits on that one task,
+so ten pages cost what one does.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
+import socket
 from collections import deque
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -41,14 +45,18 @@ TICK_S = 0.25
 KEEPALIVE_S = 15.0
 RATE_WINDOW_S = 5.0
 MAX_FAULTS = 64
+MAX_FAULTS_BODY = 16 * 1024
+MEMBER_ROLES = ("decomposer", "scorer", "executor", "observer")  # a client submits and leaves
 
 
 class Observatory:
     """The view of one observer, rebuilt when the plan, the status board or the faults change."""
 
-    def __init__(self, member: Member, board: StatusBoard, clock=trio.current_time) -> None:
+    def __init__(self, member: Member, board: StatusBoard, token: str, clock=trio.current_time) -> None:
+        """``token``: what ``PUT /faults`` must carry (``Authorization: Bearer TOKEN``)."""
         self.member = member
         self.board = board
+        self.token = token
         self.faults: list[str] = []
         self.version = 0
         self.body = b"{}"
@@ -66,7 +74,7 @@ class Observatory:
         rate = (member.tree.events - first_count) / (now - first_at) if now > first_at else 0.0
         return plan_json(member.tree, refused=member.stats.refused, by_rule=member.intake.refused, extra={
             "observer": member.credentials.identity.peer_id,
-            "heard": self.board.members(),
+            "heard": self.board.members(self._expected()),
             "status_refused": dict(sorted(self.board.refused.items())),
             "events_per_s": round(rate, 1),
             "held": member.intake.held,
@@ -74,6 +82,15 @@ class Observatory:
             "faults": list(self.faults),
             "reorganisations": member.stats.reorganisations,
         })
+
+    def _expected(self) -> dict[str, str]:
+        """Members the plan names (authors of its events, the goals' scorers): listed even
+        when never heard on the status channel (down since before this observer started)."""
+        tree = self.member.tree
+        expected = {peer: role for peer, (role, _models) in tree.members.items() if role in MEMBER_ROLES}
+        for goal in tree.goals:
+            expected.update({peer: "scorer" for peer in goal.scorers})
+        return expected
 
     def refresh(self) -> bool:
         body = json.dumps(self.view(), sort_keys=True).encode()
@@ -120,8 +137,16 @@ class Observatory:
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     async def _faults(self, request: Request) -> Response:
+        if not hmac.compare_digest(request.headers.get("authorization", ""), f"Bearer {self.token}"):
+            return JSONResponse({"error": "send the observer's token (DATA_DIR/web.token) as "
+                                          "'Authorization: Bearer TOKEN'"}, status_code=401)
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_FAULTS_BODY:
+                return JSONResponse({"error": f"the body is over {MAX_FAULTS_BODY} bytes"}, status_code=413)
         try:
-            self.faults = read_faults(await request.body())
+            self.faults = read_faults(body)
         except ValueError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         self.refresh()
@@ -141,21 +166,38 @@ def read_faults(body: bytes) -> list[str]:
     return faults
 
 
-async def serve(observatory: Observatory, host: str, port: int,
-                *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Serve the page until cancelled; ``task_status.started`` with the bound URL."""
+def listen(host: str, port: int) -> socket.socket:
+    """Bind the page's socket before the event loop starts: a busy port is a plain OSError
+    the CLI turns into a clear message (inside trio it would come wrapped in a group)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+async def serve(observatory: Observatory, sock: socket.socket, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve the page on ``sock`` (from ``listen``) until cancelled; ``task_status.started``
+    with the URL."""
     from hypercorn.config import Config
     from hypercorn.trio import serve as hypercorn_serve
 
     config = Config()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.bind = [f"fd://{sock.fileno()}"]
     config.accesslog = None
     config.errorlog = None
     config.graceful_timeout = 1.0
     async with trio.open_nursery() as nursery:
         nursery.start_soon(observatory.run)
-        binds = await nursery.start(lambda task_status: hypercorn_serve(
+        await nursery.start(lambda task_status: hypercorn_serve(
             observatory.app(), config, shutdown_trigger=trio.sleep_forever, task_status=task_status))
-        url = binds[0] if binds else f"http://{host}:{port}"
+        host, port = sock.getsockname()[:2]
+        url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
         log.info("page", url=url)
         task_status.started(url)

@@ -29,7 +29,8 @@ def liveness(history: History) -> Verdict:
     short = [f"{role}s {alive.get(role, 0)}/{need}" for role, need in _needed(history.quorum).items()
              if alive.get(role, 0) < need]
     goal_held = any(isinstance(e.body, GoalBody) for m in history.live() for e in m.events)
-    stalled_for = history.ended_at - history.last_fault_at
+    # time the members were free to act: not the drain, when they were told to hold still
+    stalled_for = (history.drained_from or history.ended_at) - history.last_fault_at
     if short or not goal_held:
         why = ", ".join(short) if short else "no live member holds the goal"
         if mute:

@@ -4,7 +4,7 @@ The run, Jepsen-style: bring up the cluster, submit the goal, play the fault
 timeline through the nemesis while a recorder samples every member's store
 (from the host) once a second, end every fault, wait for the plan to converge,
 then hand the history to the checkers. Everything is written under the report
-directory: ``report.json``, ``report.md``, ``history.json`` (faults and digest
+directory: ``report.json``, ``report.md``, ``report.html``, ``history.json`` (faults and digest
 samples), ``logs/NAME.log`` and each member's data directory.
 """
 
@@ -31,6 +31,7 @@ from chaos.history import History, MemberHistory, Restart, Shown
 from chaos.lab.cluster import LabCluster, LabError, MemberSpec
 from chaos.lab.nemesis import Nemesis
 from chaos.lab.scenario import Scenario, Step
+from chaos.report_html import render as render_html
 
 log = structlog.get_logger("chaos.run")
 SAMPLE_S = 1.0
@@ -353,4 +354,6 @@ def write_reports(report_dir: Path, scenario: Scenario, history: History, verdic
     lines += ["", "## Faults", "", "| at (s) | fault | detail |", "|---:|---|---|"]
     lines += [f"| {f.at:.1f} | {f.kind} | {f.detail} |" for f in history.faults]
     (report_dir / "report.md").write_text("\n".join(lines) + "\n")
+    (report_dir / "report.html").write_text(render_html(history, verdicts, f"Scenario {scenario.name} "
+                                                        f"(seed {scenario.seed}): {'PASSED' if passed else 'FAILED'}"))
     return report

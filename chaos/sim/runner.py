@@ -21,6 +21,8 @@ import structlog
 from chaos.checkers import Verdict, check
 from chaos.checkers.finality import revocations
 from chaos.checkers.safety import duplicate_executions
+from chaos.history import History
+from chaos.report_html import render as render_html
 from chaos.sim.world import SimConfig, run_seed
 
 
@@ -36,6 +38,7 @@ class SeedOutcome:
     duplicates: int  # results never accepted: executions thrown away
     model_calls: int
     trace: tuple[str, ...]  # kept only when something broke (or when asked)
+    history: History | None = None  # likewise: what report.html draws
 
     @property
     def violations(self) -> list[Verdict]:
@@ -68,6 +71,7 @@ def judge(config: SimConfig, keep_trace: bool = False) -> SeedOutcome:
         duplicates=duplicate_executions(run.history),
         model_calls=sum(m.model_calls for m in run.history.members.values()),
         trace=tuple(run.trace) if (broke or keep_trace) else (),
+        history=run.history if (broke or keep_trace) else None,
     )
 
 
@@ -154,6 +158,10 @@ def write_report(directory: Path, summary: dict[str, object], outcomes: list[See
     for outcome in outcomes:
         if outcome.trace:
             (directory / f"seed-{outcome.seed}.trace").write_text("\n".join(outcome.trace) + "\n")
+        if outcome.history is not None:
+            page = render_html(outcome.history, list(outcome.verdicts), f"swarm sim --seed {outcome.seed}")
+            name = "report.html" if len(outcomes) == 1 else f"seed-{outcome.seed}.html"
+            (directory / name).write_text(page)
     lines = [
         "# Simulation report",
         "",

@@ -295,13 +295,7 @@ class World:
         deadline = self.plan.window_s + self.config.settle_s
         while self.now() < deadline:
             await trio.sleep(0.5)
-            up = [s for s in self.slots.values() if s.state == "up"]
-            for slot in up:
-                tree = slot.member.tree  # type: ignore[union-attr]
-                self.history.sample(self.now(), slot.name, tree.digest)
-                if tree.complete and slot.record.completed_at is None:
-                    slot.record.completed_at = round(self.now(), 3)
-                    self.say(slot.name, f"sees the plan complete, digest {tree.digest[:12]}")
+            up = self._sample()
             waiting_late = [s for s in self.slots.values() if s.state == "pending"]
             if any(s.member.tree.complete for s in up):  # type: ignore[union-attr]
                 for slot in waiting_late:
@@ -321,6 +315,18 @@ class World:
         self.say("world", f"run ends; gossip copies delivered "
                  f"{self.fabric.delivered}, lost {self.fabric.lost}, duplicated {self.fabric.duplicated}")
 
+    def _sample(self) -> list[Slot]:
+        """Record each member that is up: its digest, and the moment it first sees the plan
+        complete. Returns those members."""
+        up = [s for s in self.slots.values() if s.state == "up"]
+        for slot in up:
+            tree = slot.member.tree  # type: ignore[union-attr]
+            self.history.sample(self.now(), slot.name, tree.digest)
+            if tree.complete and slot.record.completed_at is None:
+                slot.record.completed_at = round(self.now(), 3)
+                self.say(slot.name, f"sees the plan complete, digest {tree.digest[:12]}")
+        return up
+
     def _agreed(self, complete: bool) -> bool:
         """Every member that is up (late starters included) shows one digest and holds the same
         events with none held back; with ``complete``, of a complete plan."""
@@ -337,6 +343,7 @@ class World:
         at the cut (seed 2521 ended 0.6 s after a vote that one member had not yet received).
         A copy that sync cannot repair in that time (a member skipped by sync) still differs."""
         self.say("world", f"ceiling reached without convergence; members hold still for up to {DRAIN_S:.0f}s")
+        self.history.drained_from = round(self.now(), 3)
         for scope in self._hostiles:
             scope.cancel()
         for slot in self.slots.values():
@@ -345,9 +352,9 @@ class World:
         ends = self.now() + DRAIN_S
         while self.now() < ends and not self._agreed(complete=False):
             await trio.sleep(0.5)
-            for slot in self.slots.values():
-                if slot.state == "up":
-                    self.history.sample(self.now(), slot.name, slot.member.tree.digest)  # type: ignore[union-attr]
+            self._sample()
+        if self._agreed(complete=True):  # what was in flight completed the plan
+            self.history.converged_at = round(self.now(), 3)
 
 
 def run_seed(config: SimConfig, scratch_root: Path | None = None) -> SimRun:

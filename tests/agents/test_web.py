@@ -4,6 +4,7 @@ and the status channel that tells it what each member is doing."""
 from __future__ import annotations
 
 import json
+import socket
 import statistics
 import subprocess
 import time
@@ -51,27 +52,34 @@ def test_a_status_is_believed_only_from_an_admitted_peer_about_itself(tmp_path) 
     data_dir = cluster.admit("scorer-0", "scorer")
     creds = credentials(data_dir, load_or_create(data_dir), None, None)
     gate = creds.gate
-    raw = sign_status(creds, _status_record(creds, 1000, "score"))
+    wall = [1_000_000]
+    raw = sign_status(creds, _status_record(creds, wall[0], "score"))
     assert read_status(raw, gate).doing == "score"
 
     clock = [0.0]
-    board = StatusBoard(gate, clock=lambda: clock[0])
+    board = StatusBoard(gate, clock=lambda: clock[0], wall=lambda: wall[0])
     assert board.screen(raw)
     assert not board.screen(raw), "a replay is not news and is not forwarded"
+    assert not board.screen(sign_status(creds, _status_record(creds, wall[0] + 100))), "too soon after the last"
     forged = raw.replace(b'"score"', b'"execute"')
     sybil_key = Identity.generate()
-    sybil = dict(_status_record(creds, 2000), peer=sybil_key.peer_id)
+    sybil = dict(_status_record(creds, wall[0]), peer=sybil_key.peer_id)
     sybil_raw = sign_status(type(creds)(sybil_key, creds.ticket, gate), sybil)
-    other_cluster = sign_status(creds, dict(_status_record(creds, 3000), cluster="elsewhere"))
-    for bad in (forged, sybil_raw, other_cluster, b"x" * 5000, b"{not json", b"[]"):
+    other_cluster = sign_status(creds, dict(_status_record(creds, wall[0]), cluster="elsewhere"))
+    recorded = sign_status(creds, _status_record(creds, wall[0] - 120_000))
+    spaced = json.dumps(json.loads(sign_status(creds, _status_record(creds, wall[0] + 1000)))).encode()
+    for bad in (forged, sybil_raw, other_cluster, recorded, spaced, b"x" * 5000, b"{not json", b"[]"):
         assert not board.screen(bad)
-    assert board.refused == {"signature": 1, "ticket": 1, "cluster": 1, "size": 1, "json": 1, "schema": 1}
+    assert board.refused == {"replay": 1, "rate": 1, "signature": 1, "ticket": 1, "cluster": 1, "stale": 1,
+                             "canonical": 1, "size": 1, "json": 1, "schema": 1}
 
-    [row] = board.members()
-    assert row["alive"] and row["doing"] == "score"
+    never = Identity.generate().peer_id
+    rows = {r["peer"]: r for r in board.members({never: "executor"})}
+    assert rows[creds.identity.peer_id]["alive"] and rows[creds.identity.peer_id]["doing"] == "score"
+    assert not rows[never]["alive"] and rows[never]["doing"] == "never heard", "a member never heard is listed"
     clock[0] = STALE_AFTER_S + 0.1
     assert not board.members()[0]["alive"], "a member silent for longer than the bound is unreachable"
-    assert board.screen(sign_status(creds, _status_record(creds, 4000)))
+    assert board.screen(sign_status(creds, _status_record(creds, wall[0] + 2000)))
     assert board.members()[0]["alive"] and board.members()[0]["doing"] == "idle"
 
 
@@ -80,9 +88,13 @@ def _get(url: str) -> bytes:
         return answer.read()
 
 
-def _put(url: str, body: bytes) -> bytes:
-    with urllib.request.urlopen(urllib.request.Request(url, data=body, method="PUT"), timeout=5) as answer:
-        return answer.read()
+def _put(url: str, body: bytes, token: str) -> int:
+    request = urllib.request.Request(url, data=body, method="PUT", headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return answer.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
 
 
 def _wait_serving(url: str, process: subprocess.Popen, log: Path) -> None:
@@ -116,6 +128,7 @@ async def _wait_for(page: Page, expression: str, what: str, timeout: float) -> N
     raise AssertionError(f"the page never showed {what} within {timeout:g} s")
 
 
+@pytest.mark.slow
 def test_the_live_page_shows_the_plan_grow_across_an_observer_restart_and_a_late_page_the_same_digest(tmp_path) -> None:
     cluster = LocalCluster(tmp_path, "web", llm_latency=0.8)
     cluster.shape(1, 3, 2)
@@ -167,7 +180,11 @@ async def _watch_a_run(browser: Browser, url: str, cluster: LocalCluster, restar
         await page.evaluate(RECORDER)
         await _wait_for(page, "document.querySelectorAll('#members tr').length >= 7", "every member", 30)
         fault = "partition: scorer-0 | the rest (a test's word, not a real fault)"
-        await trio.to_thread.run_sync(lambda: _put(url + "faults", json.dumps([fault]).encode()))
+        token = (cluster.root / "observer" / "web.token").read_text()
+        body = json.dumps([fault]).encode()
+        assert await trio.to_thread.run_sync(_put, url + "faults", body, "guessed") == 401
+        assert await trio.to_thread.run_sync(_put, url + "faults", b"[" + b'"x",' * 9000 + b'"x"]', token) == 413
+        assert await trio.to_thread.run_sync(_put, url + "faults", body, token) == 200
         await _wait_for(page, f"document.getElementById('faults').textContent.includes({json.dumps(fault)})",
                         "the faults in force", 10)
         await trio.to_thread.run_sync(lambda: cluster.submit("Plan a two-week trip to Japan", max_depth=2))
@@ -194,10 +211,20 @@ async def _open_late(browser: Browser, url: str) -> str:
         return await page.evaluate("document.getElementById('digest').dataset.digest")
 
 
-def test_observe_refuses_a_bad_web_address() -> None:
+def test_observe_refuses_a_bad_web_address_and_a_busy_port(tmp_path) -> None:
     done = subprocess.run([*swarm_command(), "observe", "--web", "nowhere", "--data-dir", "x"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "HOST:PORT" in done.stderr, done.stderr
+    observer = LocalCluster(tmp_path, "busy").admit("observer", "observer")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([*swarm_command(), "observe", "--web", f"127.0.0.1:{port}", "--data-dir",
+                               str(observer), "--cluster", "busy", "--no-mdns"],
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert f"cannot serve the page on 127.0.0.1:{port}" in done.stderr and "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("body", [b"not json", b'{"a": 1}', json.dumps(["x"] * 65).encode(), b'[1, 2]'])
