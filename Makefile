@@ -98,14 +98,25 @@ COMPOSE_ENV = LLM=$(LLM) CLUSTER=$(CLUSTER) OUT_DIR=$(abspath $(OUT)) LAB_DIR=$(
 SWARM_TIMEOUT ?= 1800
 
 WEB_PORT ?= 8080
-swarm: install image admit
-	WEB_PORT=$(WEB_PORT) $(COMPOSE_ENV) $(COMPOSE) up -d
+PROMETHEUS ?=
+PROMETHEUS_BIN := $(HOME)/.cache/swarm-plan/prometheus/usr/bin/prometheus
+swarm: install image admit $(if $(PROMETHEUS),$(PROMETHEUS_BIN))
+	WEB_PORT=$(WEB_PORT) PROMETHEUS_BIN=$(PROMETHEUS_BIN) $(COMPOSE_ENV) $(COMPOSE) $(if $(PROMETHEUS),--profile metrics) up -d
 	@echo "the live page: http://127.0.0.1:$(WEB_PORT)/ (the observer's; WEB_PORT=... to move it)"
-	$(COMPOSE_ENV) $(COMPOSE) run --rm client submit "$(GOAL)" --cluster $(CLUSTER) --timeout 120 \
+	@$(if $(PROMETHEUS),echo "Prometheus: http://127.0.0.1:9090/ (every member's /metrics, found by DNS)")
+	$(COMPOSE_ENV) $(COMPOSE) run --rm client --log-level warning submit "$(GOAL)" --cluster $(CLUSTER) --timeout 120 \
 	  --data-dir /client --roster /roster.json
-	$(COMPOSE_ENV) $(COMPOSE) run --rm client observe --cluster $(CLUSTER) --follow --until-complete \
+	$(COMPOSE_ENV) $(COMPOSE) run --rm client --log-level warning observe --cluster $(CLUSTER) --follow --until-complete \
 	  --timeout $(SWARM_TIMEOUT) --data-dir /watcher --json /out/plan.json --md /out/plan.md
 	@echo "plan written to $(OUT)/plan.json and $(OUT)/plan.md; the page stays at http://127.0.0.1:$(WEB_PORT)/ until 'make swarm-down' removes the cluster"
+
+# Debian's Prometheus for `make swarm PROMETHEUS=1`: the binary from its package (it needs
+# only libc), kept in the cache and mounted into a container of the member image.
+$(PROMETHEUS_BIN):
+	@mkdir -p $(HOME)/.cache/swarm-plan/prometheus && tmp=$$(mktemp -d) && chmod 777 $$tmp && \
+	  echo "fetching Debian's prometheus package for the compose metrics profile" && \
+	  (cd $$tmp && apt-get download -q prometheus) && dpkg-deb -x $$tmp/prometheus_*.deb $(HOME)/.cache/swarm-plan/prometheus && \
+	  rm -rf $$tmp
 
 # Admission for the compose cluster (idempotent): the authority once, a ticket per member.
 admit: install-core
@@ -118,7 +129,7 @@ admit: install-core
 	@echo "admitted 10 members, a client and an observer in cluster '$(CLUSTER)' ($(LAB_DIR)/admin)"
 
 swarm-down:
-	$(COMPOSE) --profile tools down -v --remove-orphans
+	$(COMPOSE) --profile tools --profile metrics down -v --remove-orphans
 	rm -rf $(LAB_DIR)
 
 # The image, built without the network: engine (started if none answers), base image

@@ -37,6 +37,8 @@ class _NoiseFilter(logging.Filter):
         self.counts: Counter[str] = Counter()
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("libp2p") and record.levelno < logging.WARNING:
+            return False  # some of its modules set their own loggers to INFO (auto_connector)
         first = record.getMessage().split("\n", 1)[0]
         kind = next((k for prefix, k in NOISE.items() if first.startswith(prefix)), None)
         if kind is None:

@@ -502,16 +502,17 @@ class Member:
             self.stats.model_calls += 1
             self.doing = (kind, key, self.now_ms())
             self._log.info("thinking", kind=kind, about=key[:10])
-            started = time.monotonic()
+            started, tokens_before = time.monotonic(), int(getattr(backend, "tokens", 0) or 0)
             if self._think_in_thread:
                 body = await trio.to_thread.run_sync(compose, intent, tree, backend, self.me)
             else:
                 body = compose(intent, tree, backend, self.me)
             seconds = time.monotonic() - started
-            self._log.info("thought", kind=kind, about=key[:10], seconds=round(seconds, 2),
+            tokens = int(getattr(backend, "tokens", 0) or 0) - tokens_before  # calls run one at a time
+            self._log.info("thought", kind=kind, about=key[:10], seconds=round(seconds, 2), tokens=tokens,
                            outcome="failed" if body is None else body.kind)
             if self.metrics is not None:
-                self.metrics.thought(kind, seconds)
+                self.metrics.thought(kind, seconds, tokens)
             if self.still:
                 pass  # holding still: nothing more is signed
             elif body is None:

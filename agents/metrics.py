@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 _COUNTERS = {
@@ -82,6 +82,8 @@ class MemberMetrics:
         self.model_seconds = Histogram("swarm_model_call_seconds", "seconds per model call, by kind",
                                        ["role", "kind"], registry=self.registry,
                                        buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300))
+        self.tokens = Counter("swarm_model_tokens", "tokens the model generated, by kind", ["role", "kind"],
+                              registry=self.registry)
         self.registry.register(_SnapshotCollector(self))  # type: ignore[arg-type]
 
     def delivered(self, latency_ms: int) -> None:
@@ -90,8 +92,9 @@ class MemberMetrics:
     def pulled(self, events: int) -> None:
         self.pulls.labels(self.role).observe(events)
 
-    def thought(self, kind: str, seconds: float) -> None:
+    def thought(self, kind: str, seconds: float, tokens: int = 0) -> None:
         self.model_seconds.labels(self.role, kind).observe(seconds)
+        self.tokens.labels(self.role, kind).inc(max(0, tokens))
 
     def serve(self, host: str, port: int) -> threading.Thread:
         """Serve ``/metrics`` on HOST:PORT from a daemon thread; raises OSError if it cannot listen."""

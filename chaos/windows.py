@@ -59,8 +59,6 @@ def fault_windows(history: History, until: float | None = None) -> list[Window]:
             windows.append(Window(start, fault.at, key[0], label, members))
         if fault.kind == "loss" and fault.detail.endswith(" 0%"):
             continue
-        if fault.kind == "weather" and "loss 0% dup 0%" in fault.detail and fault.detail.startswith("delay 1-30ms"):
-            continue
         if fault.kind in _ENDS:
             members = (_minority(fault.detail) if fault.kind == "partition"
                        else (_member_of(fault.detail),) if fault.kind == "loss" else ())

@@ -132,11 +132,11 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
         if not args.keep:
             run.close()
     report = write_reports(report_dir, scenario, run.history, verdicts, time.perf_counter() - started,
-                           run.memory_mb)
+                           run.memory_mb, run.page)
     for verdict in verdicts:
         print(f"  {verdict.status.upper():5} {verdict.invariant}: {verdict.evidence}")
     print(f"swarm chaos: {scenario.name} {'PASSED' if report['passed'] else 'FAILED'} "
-          f"in {report['wall_seconds']}s; {report_dir / 'report.md'}")
+          f"in {report['wall_seconds']}s; {report_dir / 'report.md'}, {report_dir / 'report.html'}")
     return 0 if report["passed"] else 1
 
 

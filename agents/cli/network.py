@@ -274,6 +274,7 @@ def cmd_observe(args: argparse.Namespace) -> int:
             member, board = _member(creds, store, network, data_dir)
             state["member"] = member
             await _run_member(nursery, member, network)
+            _write_addrs(data_dir, network.addresses())
             if page_socket is not None:
                 url = await nursery.start(serve_page, Observatory(member, board, token), page_socket)
                 print(f"swarm observe: the live page is at {url}/", flush=True)

@@ -27,6 +27,7 @@ log = structlog.get_logger("chaos.cluster")
 LABEL = "swarm-lab"
 IMAGE = "swarm-plan:0.1.0"
 PORT = 4001
+PAGE_PORT = 8080  # an observer's live page (swarm observe --web)
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 TOXIPROXY_IN_CONTAINER = "/opt/toxiproxy/toxiproxy-server"
 
@@ -108,8 +109,9 @@ class LabCluster:
                    "--llm-threads", "1", "--llm-latency", str(self.llm_latency)]
         if spec.role == "decomposer":
             command += ["--strategy", spec.strategy]
-        if spec.role == "observer":
-            command = command[:command.index("--llm")]
+        if spec.role == "observer":  # the silent observer serves the live page (PAGE_PORT)
+            command = ["observe", "--web", f"0.0.0.0:{PAGE_PORT}", "--data-dir", "/data", "--cluster", self.cluster,
+                       "--listen", f"/ip4/0.0.0.0/tcp/{PORT}"]
         environment = {"SWARM_MODEL": "/models/model.gguf"}
         if spec.skew_ms:
             environment.update(LD_PRELOAD=FAKETIME_LIB, FAKETIME=f"{spec.skew_ms / 1000:+.3f}",

@@ -14,6 +14,7 @@ import json
 import re
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,10 +29,11 @@ from agents.store.sqlite import DB_NAME
 from chaos.checkers import Verdict, check
 from chaos.checkers.finality import revocations
 from chaos.history import History, MemberHistory, Restart, Shown
-from chaos.lab.cluster import LabCluster, LabError, MemberSpec
+from chaos.lab.cluster import PAGE_PORT, LabCluster, LabError, MemberSpec
 from chaos.lab.nemesis import Nemesis
 from chaos.lab.scenario import Scenario, Step
 from chaos.report_html import render as render_html
+from chaos.windows import in_force
 
 log = structlog.get_logger("chaos.run")
 SAMPLE_S = 1.0
@@ -138,6 +140,7 @@ class ScenarioRun:
         self._wiped: set[str] = set()
         self.memory_mb: dict[str, float | None] = {}  # each member's container memory at the end
         self._chosen_holder: str | None = None
+        self.page = {"told": 0, "failed": 0}  # times the observers' pages were sent the faults in force
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -145,6 +148,25 @@ class ScenarioRun:
     def _fault(self, kind: str, detail: str) -> None:
         self.history.fault(self.now(), kind, detail)
         self.say(f"  {self.now():7.1f}s  {kind} {detail}".rstrip())
+        self._tell_page()
+
+    def _tell_page(self) -> None:
+        """Send the faults in force now to every running observer's live page (best effort:
+        a page that cannot be reached is counted, never fails the run)."""
+        faults = json.dumps(in_force(self.history, self.now())).encode()
+        for name, member in self.cluster.members.items():
+            token_file = member.data_dir / "web.token"
+            if member.spec.role != "observer" or member.state != "running" or not token_file.exists():
+                continue
+            try:
+                request = urllib.request.Request(
+                    f"http://{self.cluster.ip(name)}:{PAGE_PORT}/faults", data=faults, method="PUT",
+                    headers={"Authorization": f"Bearer {token_file.read_text().strip()}"})
+                with urllib.request.urlopen(request, timeout=2):
+                    self.page["told"] += 1
+            except Exception as exc:
+                self.page["failed"] += 1
+                log.info("could not tell the page the faults", observer=name, error=str(exc)[:200])
 
     # --- the run --------------------------------------------------------------
 
@@ -164,6 +186,9 @@ class ScenarioRun:
             self.nemesis.after_start(name)
         self.cluster.wait_listening(first)
         self.say(f"  {len(first)} members up; submitting the goal")
+        for name in first:
+            if scenario.role_of(name) == "observer":
+                self.say(f"  the live page: http://{self.cluster.ip(name)}:{PAGE_PORT}/ ({name})")
         answer = self.cluster.submit(scenario.goal, scenario.quorum, scenario.claim_lease_s, scenario.round_s)
         self.t0 = time.monotonic()
         self.t0_wall_ms = time.time() * 1000
@@ -313,7 +338,8 @@ class ScenarioRun:
 
 
 def write_reports(report_dir: Path, scenario: Scenario, history: History, verdicts: list[Verdict],
-                  wall_s: float, memory_mb: dict[str, float | None] | None = None) -> dict[str, object]:
+                  wall_s: float, memory_mb: dict[str, float | None] | None = None,
+                  page: dict[str, int] | None = None) -> dict[str, object]:
     passed = all(v.passed for v in verdicts)
     report = {
         "scenario": scenario.name,
@@ -334,6 +360,7 @@ def write_reports(report_dir: Path, scenario: Scenario, history: History, verdic
                         "memory_mb": (memory_mb or {}).get(n)}
                     for n, m in history.members.items()},
         "revocations": revocations(history),
+        "page": page or {},  # how often the observers' live pages were told the faults in force
         "wall_seconds": round(wall_s, 1),
     }
     report_dir.mkdir(parents=True, exist_ok=True)

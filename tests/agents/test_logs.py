@@ -16,6 +16,9 @@ def test_libp2p_records_render_as_json_and_known_noise_is_shown_once_then_counte
         noisy.warning("Failed to open stream to peer %s:\n  Timeout: 30s\n  Connection: Yamux", peer)
     noisy.warning("something new and worth seeing")
     logging.getLogger("libp2p.pubsub").info("below the level: not shown")
+    chatty = logging.getLogger("libp2p.network.auto_connector")  # sets its own level to INFO
+    chatty.setLevel(logging.INFO)
+    chatty.info("AUTO_CONNECTOR_STATE: not shown either")
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     assert [line["level"] for line in lines] == ["warning", "warning"]
     assert lines[0]["event"].startswith("Failed to open stream to peer A (repeats are counted")

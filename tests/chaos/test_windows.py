@@ -1,0 +1,46 @@
+"""Fault windows and member lanes from a fault log (what report.html and the live page show)."""
+
+from __future__ import annotations
+
+from chaos.history import History, MemberHistory
+from chaos.windows import fault_windows, in_force, member_states
+
+
+def _history(*faults: tuple[float, str, str], late: str = "") -> History:
+    history = History(scenario="t", seed=0, shape={}, quorum=2)
+    for name in ("scorer-1", "scorer-2", "scorer-3", "executor-1"):
+        history.members[name] = MemberHistory(name, name.split("-")[0], f"peer-{name}", late=name == late)
+    for at, kind, detail in faults:
+        history.fault(at, kind, detail)
+    history.ended_at = 30.0
+    return history
+
+
+def test_a_cut_lasts_until_the_heal_or_the_next_cut_and_names_its_minority() -> None:
+    history = _history((2, "partition", "scorer-1 | scorer-2,scorer-3,executor-1"),
+                       (5, "partition", "scorer-1,scorer-2 | scorer-3,executor-1,x-1"), (9, "heal", ""),
+                       (12, "oneway", "scorer-1 -> scorer-2 lost"))
+    windows = [(w.kind, w.start, w.end, w.members) for w in fault_windows(history)]
+    assert windows == [("partition", 2, 5, ("scorer-1",)), ("partition", 5, 9, ("scorer-1", "scorer-2")),
+                       ("oneway", 12, 30.0, ())]
+
+
+def test_member_lanes_follow_kills_pauses_and_late_starts() -> None:
+    history = _history((1, "kill", "scorer-2"), (4, "restart", "scorer-2 again"), (6, "pause", "scorer-3"),
+                       (8, "unpause", "scorer-3"), (10, "start", "executor-1 (late)"), (11, "stop", "scorer-1"),
+                       late="executor-1")
+    states = member_states(history)
+    assert states["scorer-2"] == [(0.0, 1, "up"), (1, 4, "down"), (4, 30.0, "up")]
+    assert states["scorer-3"] == [(0.0, 6, "up"), (6, 8, "paused"), (8, 30.0, "up")]
+    assert states["executor-1"] == [(0.0, 10, "pending"), (10, 30.0, "up")]
+    assert states["scorer-1"] == [(0.0, 11, "up"), (11, 30.0, "stopped")]
+
+
+def test_in_force_during_a_run_names_open_windows_and_members_not_up() -> None:
+    history = _history((2, "partition", "scorer-1 | scorer-2,scorer-3,executor-1"), (3, "loss", "scorer-2 20%"),
+                       (4, "pause", "scorer-3"), (6, "loss", "scorer-2 0%"))
+    history.ended_at = 0.0  # still running: open windows last
+    assert in_force(history, 5) == ["partition scorer-1 | scorer-2,scorer-3,executor-1", "loss scorer-2 20%",
+                                    "scorer-3 paused"]
+    assert in_force(history, 7) == ["partition scorer-1 | scorer-2,scorer-3,executor-1", "scorer-3 paused"]
+    assert in_force(history, 1) == []
