@@ -24,6 +24,7 @@ from agents.core.fold import fold
 from agents.keyfile import KeyFileError, load_or_create
 from agents.member import Member
 from agents.metrics import MemberMetrics, parse_address
+from agents.narrate import Narrator
 from agents.render import plan_json, plan_markdown, render_tree, summary
 from agents.status import StatusBoard, publish_statuses, read_statuses
 from agents.store import EventStore, StoreError
@@ -284,11 +285,14 @@ def cmd_observe(args: argparse.Namespace) -> int:
                     await trio.sleep(0.1)
                 if args.follow or args.until_complete or web is not None:
                     last = ""
+                    narrator = Narrator()
                     while not (args.until_complete and member.tree.complete):
+                        for said in narrator.lines(member.tree, network.connected_peers(), board.members()):
+                            print(f"  {said}", flush=True)
                         line = _progress(member)
-                        if line != last:
+                        if line.split(" events, ")[-1] != last:  # not for every event: for progress
                             print(line, flush=True)
-                            last = line
+                            last = line.split(" events, ")[-1]
                         member.changed = trio.Event()
                         with trio.move_on_after(1.0):
                             await member.changed.wait()
