@@ -101,7 +101,7 @@ WEB_PORT ?= 8080
 PROMETHEUS ?=
 PROMETHEUS_BIN := $(HOME)/.cache/swarm-plan/prometheus/usr/bin/prometheus
 swarm: install image admit $(if $(PROMETHEUS),$(PROMETHEUS_BIN))
-	WEB_PORT=$(WEB_PORT) PROMETHEUS_BIN=$(PROMETHEUS_BIN) $(COMPOSE_ENV) $(COMPOSE) $(if $(PROMETHEUS),--profile metrics) up -d
+	WEB_PORT=$(WEB_PORT) PROMETHEUS_BIN=$(PROMETHEUS_BIN) PROMETHEUS_WEB=$(dir $(PROMETHEUS_BIN))../share/prometheus/web $(COMPOSE_ENV) $(COMPOSE) $(if $(PROMETHEUS),--profile metrics) up -d
 	@echo "the live page: http://127.0.0.1:$(WEB_PORT)/ (the observer's; WEB_PORT=... to move it)"
 	@$(if $(PROMETHEUS),echo "Prometheus: http://127.0.0.1:9090/ (every member's /metrics, found by DNS)")
 	$(COMPOSE_ENV) $(COMPOSE) run --rm client --log-level warning submit "$(GOAL)" --cluster $(CLUSTER) --timeout 120 \
@@ -114,9 +114,9 @@ swarm: install image admit $(if $(PROMETHEUS),$(PROMETHEUS_BIN))
 # only libc), kept in the cache and mounted into a container of the member image.
 $(PROMETHEUS_BIN):
 	@mkdir -p $(HOME)/.cache/swarm-plan/prometheus && tmp=$$(mktemp -d) && chmod 777 $$tmp && \
-	  echo "fetching Debian's prometheus package for the compose metrics profile" && \
-	  (cd $$tmp && apt-get download -q prometheus) && dpkg-deb -x $$tmp/prometheus_*.deb $(HOME)/.cache/swarm-plan/prometheus && \
-	  rm -rf $$tmp
+	  trap 'rm -rf $$tmp' EXIT && echo "fetching Debian's prometheus package for the compose metrics profile" && \
+	  { [ "$$(id -u)" != 0 ] || apt-get update -q >/dev/null; } && \
+	  (cd $$tmp && apt-get download -q prometheus) && dpkg-deb -x $$tmp/prometheus_*.deb $(HOME)/.cache/swarm-plan/prometheus
 
 # Admission for the compose cluster (idempotent): the authority once, a ticket per member.
 admit: install-core

@@ -44,7 +44,8 @@ class Narrator:
             if now != self._doing.get(row["peer"]) and row["doing"] in _THINKING:
                 out.append(f"{row['role']} {short(row['peer'])} thinking: {row['doing']} {_title(tree, row['about'])}")
             self._doing[row["peer"]] = now
-        for change in changes(self._tree, tree):
+        order = {"split": 0, "holder": 1, "result": 2}  # a split before the leaves it made
+        for change in sorted(changes(self._tree, tree), key=lambda c: order.get(c.kind, 3)):
             out.extend(self._decision(tree, change.kind, change.node, change.after))
         self._tree = tree
         return out

@@ -70,6 +70,9 @@ class MemberHistory:
     mute: bool = False  # it could not sign at the end: own events lost that no peer returned
     _folded: tuple[int, PlanTree] | None = field(default=None, repr=False, compare=False)
 
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_folded": None}  # a cache: folded again where it is needed
+
     def tree(self) -> PlanTree:
         """The plan its events fold to (folded once; the checkers each ask for it)."""
         if self._folded is None or self._folded[0] != len(self.events):
@@ -96,6 +99,11 @@ class History:
     # second, from the host, while members log by their own clocks; the simulation is exact)
     clock_slack_s: float = 0.0
     admitted: set[str] | None = None  # every peer the cluster's authority admitted (hostile ones too)
+
+    def __getstate__(self) -> dict[str, object]:
+        """What crosses a process boundary (a failing seed's history, for its report): the
+        record, not the checkers' caches kept on it (``_reference_*``: models, not picklable)."""
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_reference")}
 
     def fault(self, at: float, kind: str, detail: str = "") -> None:
         self.faults.append(Fault(round(at, 3), kind, detail))

@@ -10,13 +10,17 @@ the live page's "faults in force" both read it.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from chaos.history import History
 
 # a fault that lasts until a later one ends it: start kind -> kinds that end it
 _ENDS = {"partition": ("heal", "partition"), "oneway": ("heal", "oneway"), "weather": ("clear", "weather"),
-         "loss": ("loss",), "hostile": ()}
+         "loss": ("loss",), "hostile": (), "toxic": ("untoxic",), "bandwidth": ("bandwidth",), "disk": ("disk",)}
+_PER_MEMBER = ("loss", "toxic", "bandwidth", "disk")  # windows of one member: ended by that member's own
+_DEFAULT_WEATHER = "delay 1-30ms loss 0% dup 0%"  # the simulation's normal links: no fault
+_LASTS = re.compile(r"for (\d+(?:\.\d+)?)s")  # "a never-admitted peer attacks for 20s"
 _DOWN = {"crash": "down", "kill": "down", "stop": "stopped", "pause": "paused", "wipe": "down"}
 _UP = ("restart", "start", "resume", "unpause")
 
@@ -54,16 +58,19 @@ def fault_windows(history: History, until: float | None = None) -> list[Window]:
     open_: dict[tuple[str, str], tuple[float, str, tuple[str, ...]]] = {}
     for fault in history.faults:
         for key in [k for k in open_ if fault.kind in _ENDS.get(k[0], ())
-                    and (k[0] != "loss" or k[1] == _member_of(fault.detail))]:
+                    and (k[0] not in _PER_MEMBER or k[1] == _member_of(fault.detail))]:
             start, label, members = open_.pop(key)
             windows.append(Window(start, fault.at, key[0], label, members))
-        if fault.kind == "loss" and fault.detail.endswith(" 0%"):
+        if (fault.detail.endswith((" 0%", " unlimited", " free")) or fault.detail == _DEFAULT_WEATHER
+                or fault.kind not in _ENDS):
+            continue  # an end, or the normal state: nothing opens
+        lasts = _LASTS.search(fault.detail) if fault.kind == "hostile" else None
+        if lasts:
+            windows.append(Window(fault.at, min(end, fault.at + float(lasts.group(1))), "hostile", fault.detail))
             continue
-        if fault.kind in _ENDS:
-            members = (_minority(fault.detail) if fault.kind == "partition"
-                       else (_member_of(fault.detail),) if fault.kind == "loss" else ())
-            who = _member_of(fault.detail) if fault.kind == "loss" else ""
-            open_[(fault.kind, who)] = (fault.at, f"{fault.kind} {fault.detail}".strip(), members)
+        who = _member_of(fault.detail) if fault.kind in _PER_MEMBER else ""
+        members = _minority(fault.detail) if fault.kind == "partition" else (who,) if who else ()
+        open_[(fault.kind, who)] = (fault.at, f"{fault.kind} {fault.detail}".strip(), members)
     windows += [Window(start, end, key[0], label, members) for key, (start, label, members) in open_.items()]
     return sorted(windows, key=lambda w: (w.start, w.kind))
 

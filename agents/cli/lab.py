@@ -67,7 +67,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         outcomes = run_many(base, seeds, jobs=args.jobs, progress=progress)
     summary = report(base, outcomes, time.perf_counter() - started)
     if args.report:
-        write_report(Path(args.report), summary, outcomes)
+        write_report(Path(args.report), summary, outcomes, replay=args.seed is not None)
     print(f"swarm sim: {summary['seeds']} seed(s), {summary['completed']} completed, "
           f"{summary['converged']} converged, {summary['stalled']} stalled (too few survivors), "
           f"{len(summary['violations'])} violation(s); {summary['seeds_per_minute']} seeds/min"  # type: ignore[arg-type]

@@ -296,6 +296,10 @@ def cmd_observe(args: argparse.Namespace) -> int:
                         member.changed = trio.Event()
                         with trio.move_on_after(1.0):
                             await member.changed.wait()
+                    for said in narrator.lines(member.tree, network.connected_peers(), board.members()):
+                        print(f"  {said}", flush=True)  # what completed the plan
+                    if _progress(member).split(" events, ")[-1] != last:
+                        print(_progress(member), flush=True)
                 else:
                     while await member.sync_all() > 0:  # one-shot: sync until quiet
                         pass

@@ -137,7 +137,8 @@ class Observatory:
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     async def _faults(self, request: Request) -> Response:
-        if not hmac.compare_digest(request.headers.get("authorization", ""), f"Bearer {self.token}"):
+        given = request.headers.get("authorization", "").encode("latin-1", "replace")
+        if not hmac.compare_digest(given, f"Bearer {self.token}".encode()):
             return JSONResponse({"error": "send the observer's token (DATA_DIR/web.token) as "
                                           "'Authorization: Bearer TOKEN'"}, status_code=401)
         body = b""

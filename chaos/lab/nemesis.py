@@ -229,7 +229,12 @@ class Nemesis:
         self.record("untoxic", name)
 
     def clear_all(self) -> None:
-        """End every network fault (the end of a scenario's fault window)."""
+        """End every network fault (the end of a scenario's fault window), each logged."""
+        for name, probability in sorted(self.loss.items()):
+            if probability:
+                self.record("loss", f"{name} 0%")
+        if self.groups or self.one_way:
+            self.record("heal", "")
         self.groups, self.loss, self.one_way = [], {}, None
         for name in list(self.bandwidth):
             self.set_bandwidth(name, None)

@@ -141,6 +141,9 @@ class ScenarioRun:
         self.memory_mb: dict[str, float | None] = {}  # each member's container memory at the end
         self._chosen_holder: str | None = None
         self.page = {"told": 0, "failed": 0}  # times the observers' pages were sent the faults in force
+        self._latest_faults = b"[]"
+        self._page_wake = threading.Event()
+        threading.Thread(target=self._page_teller, name="page-teller", daemon=True).start()
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -151,10 +154,21 @@ class ScenarioRun:
         self._tell_page()
 
     def _tell_page(self) -> None:
-        """Send the faults in force now to every running observer's live page (best effort:
-        a page that cannot be reached is counted, never fails the run)."""
-        faults = json.dumps(in_force(self.history, self.now())).encode()
-        for name, member in self.cluster.members.items():
+        """Queue the faults in force now for the observers' live pages: a thread of its own
+        sends the newest list, so a slow or unreachable page never delays the nemesis."""
+        self._latest_faults = json.dumps(in_force(self.history, self.now())).encode()
+        self._page_wake.set()
+
+    def _page_teller(self) -> None:
+        while True:
+            self._page_wake.wait()
+            self._page_wake.clear()
+            self._send_faults(self._latest_faults)
+
+    def _send_faults(self, faults: bytes) -> None:
+        """PUT ``faults`` to every running observer's page (best effort: a page that cannot be
+        reached is counted, never fails the run)."""
+        for name, member in list(self.cluster.members.items()):
             token_file = member.data_dir / "web.token"
             if member.spec.role != "observer" or member.state != "running" or not token_file.exists():
                 continue

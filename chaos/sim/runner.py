@@ -152,7 +152,10 @@ def _median(values: list[float]) -> float | None:
     return ordered[middle] if len(ordered) % 2 else round((ordered[middle - 1] + ordered[middle]) / 2, 3)
 
 
-def write_report(directory: Path, summary: dict[str, object], outcomes: list[SeedOutcome]) -> None:
+def write_report(directory: Path, summary: dict[str, object], outcomes: list[SeedOutcome],
+                 replay: bool = False) -> None:
+    """``replay``: one seed replayed (``--seed``): its picture is ``report.html``; otherwise
+    every failing seed gets ``seed-S.html``."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "report.json").write_text(json.dumps(summary, indent=2) + "\n")
     for outcome in outcomes:
@@ -160,7 +163,7 @@ def write_report(directory: Path, summary: dict[str, object], outcomes: list[See
             (directory / f"seed-{outcome.seed}.trace").write_text("\n".join(outcome.trace) + "\n")
         if outcome.history is not None:
             page = render_html(outcome.history, list(outcome.verdicts), f"swarm sim --seed {outcome.seed}")
-            name = "report.html" if len(outcomes) == 1 else f"seed-{outcome.seed}.html"
+            name = "report.html" if replay else f"seed-{outcome.seed}.html"
             (directory / name).write_text(page)
     lines = [
         "# Simulation report",

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from chaos.checkers import check
 from chaos.sim.faults import FAULT_KINDS, FaultSpecError, parse_faults
 from chaos.sim.runner import judge, quiet_logs, run_many
 from chaos.sim.world import SimConfig, run_seed
@@ -123,3 +124,13 @@ def test_swarm_sim_writes_a_report_and_refuses_bad_arguments(tmp_path) -> None:
 def test_the_config_is_all_a_run_depends_on() -> None:
     base = SimConfig(seed=3, faults=ALL)
     assert replace(base) == base  # frozen and comparable: a report names exactly what ran
+
+
+def test_a_judged_seed_with_its_history_crosses_a_process_boundary() -> None:
+    # a failing seed's outcome carries its history (for seed-S.html) back from a worker process
+    import pickle
+
+    outcome = judge(SimConfig(seed=3, faults=frozenset({"partition"})), keep_trace=True)
+    back = pickle.loads(pickle.dumps(outcome))
+    assert back.history is not None and back.history.faults == outcome.history.faults
+    assert [v.status for v in check(back.history)] == [v.status for v in outcome.verdicts]
