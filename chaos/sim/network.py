@@ -101,6 +101,7 @@ class SimFabric:
     def partition(self, groups: list[list[str]]) -> None:
         """Split the members into ``groups``; anyone not named is alone in a group of its own."""
         self._group = {}
+        self._one_way = set()  # a partition replaces a one-way cut (else traffic would cross groups)
         for number, group in enumerate(groups, start=1):
             for peer in group:
                 self._group[peer] = number
@@ -118,6 +119,11 @@ class SimFabric:
             self._group.setdefault(peer, 1)
         self._one_way = {(1, 2)}
         self._reset_broken_streams()
+
+    @property
+    def cut(self) -> str | None:
+        """The cut in force: "oneway", "partition" or None (one replaces the other)."""
+        return "oneway" if self._one_way else "partition" if self._group else None
 
     def heal(self) -> None:
         before = self._usable_links()

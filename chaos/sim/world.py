@@ -219,6 +219,8 @@ class World:
             self.fabric.weather = LinkWeather(delay, loss, dup)
             self.fault(step.action, f"delay {delay[0]}-{delay[1]}ms loss {loss:.0%} dup {dup:.0%}")
         elif step.action == "partition":
+            if self.fabric.cut == "oneway":
+                self.fault("heal", "(the one-way cut ends: a partition replaces it)")
             self.fabric.partition([[self.slots[n].identity.peer_id for n in g] for g in step.groups])
             self.fault("partition", " | ".join(",".join(g) for g in step.groups))
         elif step.action == "heal":
@@ -240,6 +242,8 @@ class World:
                 await slot.start(step.flag)
         elif step.action == "oneway":
             senders, receivers = step.groups
+            if self.fabric.cut == "partition":
+                self.fault("heal", "(the partition ends: a one-way cut replaces it)")
             self.fabric.one_way([self.slots[n].identity.peer_id for n in senders],
                                 [self.slots[n].identity.peer_id for n in receivers])
             self.fault("oneway", f"{','.join(senders)} -> {','.join(receivers)} lost")

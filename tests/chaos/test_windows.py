@@ -44,3 +44,28 @@ def test_in_force_during_a_run_names_open_windows_and_members_not_up() -> None:
                                     "scorer-3 paused"]
     assert in_force(history, 7) == ["partition scorer-1 | scorer-2,scorer-3,executor-1", "scorer-3 paused"]
     assert in_force(history, 1) == []
+
+
+def test_a_simulated_partition_replaces_a_one_way_cut_entirely() -> None:
+    import random
+
+    import trio
+
+    from chaos.sim.network import SimFabric
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            fabric = SimFabric(random.Random(0), nursery)
+            for peer in ("a", "b", "c"):
+                fabric.bring_up(fabric.endpoint(peer))
+            fabric.one_way(["a"], ["b", "c"])
+            assert fabric.cut == "oneway" and fabric.can_send("b", "a") and not fabric.can_send("a", "b")
+            fabric.partition([["a"], ["b", "c"]])
+            assert fabric.cut == "partition"
+            # before the fix, the one-way rule survived and let b's gossip cross the cut to a
+            assert not fabric.can_send("b", "a") and not fabric.can_send("a", "b") and fabric.can_send("b", "c")
+            fabric.heal()
+            assert fabric.cut is None and fabric.can_send("a", "b")
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
