@@ -55,7 +55,7 @@ def fault_windows(history: History, until: float | None = None) -> list[Window]:
     one nothing ended lasts until ``until`` (default: the run's end)."""
     end = history.ended_at if until is None else until
     windows: list[Window] = []
-    open_: dict[tuple[str, str], tuple[float, str, tuple[str, ...]]] = {}
+    open_: dict[tuple[str, str, str], tuple[float, str, tuple[str, ...]]] = {}
     for fault in history.faults:
         for key in [k for k in open_ if fault.kind in _ENDS.get(k[0], ())
                     and (k[0] not in _PER_MEMBER or k[1] == _member_of(fault.detail))]:
@@ -70,7 +70,10 @@ def fault_windows(history: History, until: float | None = None) -> list[Window]:
             continue
         who = _member_of(fault.detail) if fault.kind in _PER_MEMBER else ""
         members = _minority(fault.detail) if fault.kind == "partition" else (who,) if who else ()
-        open_[(fault.kind, who)] = (fault.at, f"{fault.kind} {fault.detail}".strip(), members)
+        label = f"{fault.kind} {fault.detail}".strip()
+        # toxics add up (a member can have several); a new loss, cut or weather ends the last one
+        key = (fault.kind, who, label if fault.kind == "toxic" else "")
+        open_.setdefault(key, (fault.at, label, members))
     windows += [Window(start, end, key[0], label, members) for key, (start, label, members) in open_.items()]
     return sorted(windows, key=lambda w: (w.start, w.kind))
 

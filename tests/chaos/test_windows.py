@@ -69,3 +69,10 @@ def test_a_simulated_partition_replaces_a_one_way_cut_entirely() -> None:
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_toxics_add_up_and_an_untoxic_ends_them_all() -> None:
+    history = _history((1, "toxic", "scorer-1 latency downstream {}"), (3, "toxic", "scorer-1 reset_peer upstream {}"),
+                       (4, "loss", "scorer-1 10%"), (6, "untoxic", "scorer-1"), (7, "loss", "scorer-1 0%"))
+    windows = [(w.kind, w.start, w.end, w.members) for w in fault_windows(history)]
+    assert windows == [("toxic", 1, 6, ("scorer-1",)), ("toxic", 3, 6, ("scorer-1",)), ("loss", 4, 7, ("scorer-1",))]
