@@ -49,6 +49,7 @@ log = structlog.get_logger("swarm.member")
 
 SYNC_INTERVAL = 3.0
 PULL_DEADLINE = 10.0  # a whole pull from one peer; past it the stream is dropped
+WEDGED_AFTER = PULL_DEADLINE + 2 * 3.0  # a pull still running this long ignored its cancellation
 MAX_SERVING = 16  # sync streams served at once: each may hold one frame in reassembly
 MUTE_WARNING_S = 30.0  # how often a member that cannot sign yet says why
 ACT_INTERVAL = 0.25
@@ -88,6 +89,8 @@ class MemberStats:
     sync_refused: int = 0  # sync conversations refused: the peer holds no valid ticket
     sync_timeouts: int = 0  # pulls abandoned at their deadline (a stalled or hostile peer)
     sync_violations: int = 0  # conversations a peer broke: an oversized frame, a malformed message
+    sync_rounds: int = 0  # rounds of pulls from every connected peer
+    sync_open_failed: int = 0  # pulls that could not open a stream to a peer we hold a connection to
     held: int = 0
     synced_in: int = 0
     published: int = 0
@@ -161,6 +164,8 @@ class Member:
                               stored_seq=self.own.author.seq, head_seq=self.own.missing[0])
         self.changed = trio.Event()
         self.sync_now = trio.Event()
+        self._pulling: dict[str, float] = {}  # peer -> when its pull started (trio time)
+        self._wedged: set[str] = set()  # peers whose pull outlived every deadline
         self._model_busy = False
         self._done: set[Intent] = set()
         self._last_renew: dict[str, int] = {}
@@ -285,7 +290,7 @@ class Member:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._receive_loop)
             nursery.start_soon(self._connection_loop, nursery)
-            nursery.start_soon(self._sync_loop)
+            nursery.start_soon(self._sync_loop, nursery)
             nursery.start_soon(self._release_loop)
             if self.role not in ("observer", "client"):
                 nursery.start_soon(self._act_loop, nursery)
@@ -339,6 +344,7 @@ class Member:
             with trio.fail_at(deadline):
                 stream = await self.network.open_stream(peer)
         except (StreamClosed, trio.TooSlowError) as exc:
+            self.stats.sync_open_failed += 1
             self._log.debug("sync open failed", peer=peer[-8:], reason=repr(exc)[:200])
             return 0
         try:
@@ -372,6 +378,7 @@ class Member:
             if event is not None:
                 events.append(event)
         added = self._admit(events, "sync") if events else 0
+        self._log.debug("pulled", peer=peer[-8:], received=len(raws), added=added)
         if self.metrics is not None:
             self.metrics.pulled(added)
         self._learned_own_feed(peer)
@@ -393,10 +400,11 @@ class Member:
             self._log.warning("recovered own feed from a peer", seq=self.author.seq)
 
     async def sync_all(self) -> int:
-        """Pull from every connected peer at once; a slow or stalled peer delays nobody else.
+        """Pull from every connected peer at once, until each pull ends; a slow or stalled peer
+        delays nobody else. For one-shot tools; a running member pulls from ``_sync_loop``.
 
         The round as a whole is bounded too: a pull that outlives its deadline (a close that
-        hangs on a blackholed connection) is cancelled rather than stalling every later round."""
+        hangs on a blackholed connection) is cancelled rather than stalling the caller."""
         counts: list[int] = []
 
         async def one(peer: str) -> None:
@@ -413,14 +421,38 @@ class Member:
 
     async def _connection_loop(self, nursery: trio.Nursery) -> None:
         async for peer in self.network.connections:
-            nursery.start_soon(self.pull_from, peer)
+            self._start_pull(nursery, peer)
 
-    async def _sync_loop(self) -> None:
+    async def _sync_loop(self, nursery: trio.Nursery) -> None:
+        """Every ``SYNC_INTERVAL`` (sooner when asked), pull from each connected peer that has
+        no pull running. Pulls are never awaited together: one that cannot be cancelled (a
+        transport that shields its cleanup from us) holds up its own peer and no other."""
         while True:
             with trio.move_on_after(SYNC_INTERVAL):
                 await self.sync_now.wait()
             self.sync_now = trio.Event()
-            await self.sync_all()
+            self.stats.sync_rounds += 1
+            for peer in self.network.connected_peers():
+                self._start_pull(nursery, peer)
+
+    def _start_pull(self, nursery: trio.Nursery, peer: str) -> None:
+        started = self._pulling.get(peer)
+        if started is None:
+            self._pulling[peer] = trio.current_time()
+            nursery.start_soon(self._pull_once, peer)
+        elif trio.current_time() - started > WEDGED_AFTER and peer not in self._wedged:
+            self._wedged.add(peer)
+            self.stats.sync_timeouts += 1
+            self._log.warning("sync pull wedged: it outlived its deadline; dropping the connection",
+                              peer=peer[-8:], running_s=round(trio.current_time() - started, 1))
+            self.network.drop(peer)
+
+    async def _pull_once(self, peer: str) -> None:
+        try:
+            await self.pull_from(peer)
+        finally:
+            del self._pulling[peer]
+            self._wedged.discard(peer)
 
     async def _release_loop(self) -> None:
         while True:

@@ -71,6 +71,11 @@ class Network(Protocol):
         """Open a sync stream to ``peer``; raises StreamClosed when it cannot."""
         ...
 
+    def drop(self, peer: str) -> None:
+        """Close our connections to ``peer`` in the background (it is redialled as usual):
+        what a member does when a pull to it outlived every deadline."""
+        ...
+
     def serve(self, handler: StreamHandler) -> None:
         """Call ``handler`` for every sync stream a peer opens to us."""
         ...

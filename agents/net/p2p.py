@@ -10,8 +10,13 @@ py-libp2p's defaults break a swarm (see ENVIRONMENT.md); this adapter fixes each
 * the subscription (32-message queue) is drained at once into our own channel;
 * nothing reconnects by itself: we dial bootstrap and mDNS-discovered peers,
   redial lost ones (after ``unblock_peer``, to skip the 60 s negative cache),
-  and ping every connected peer; one that does not answer within
-  ``PING_TIMEOUT`` is disconnected, which catches a blackholed link;
+  and ping every connected peer; one that misses two pings in a row (each
+  ``PING_TIMEOUT``) is disconnected, which catches a blackholed link. Two, because
+  a member that was itself stalled (a paused process, a starved machine) wakes
+  with every ping's deadline past and its peers' pongs still unread: one miss
+  would drop every peer at once. Each ping is a fresh stream of our own, not
+  py-libp2p's ``PingService``, which opens streams under one lock for all peers
+  and reuses a stream whose ping was cancelled, pong unread;
 * mDNS callbacks arrive on zeroconf's thread and are handed to trio.
 """
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import secrets
 from collections.abc import Sequence
 
 import multiaddr
@@ -28,7 +34,7 @@ from libp2p import new_host
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.custom_types import TProtocol
-from libp2p.host.ping import PingService
+from libp2p.host.ping import ID as PING_PROTOCOL
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.pubsub.gossipsub import GossipSub
@@ -52,6 +58,7 @@ SYNC_PROTOCOL = TProtocol(SYNC_PROTOCOL_ID)
 DIAL_INTERVAL = 2.0
 PING_INTERVAL = 2.0
 PING_TIMEOUT = 4.0
+PING_BYTES = 32  # the ping protocol's payload: the peer echoes it
 DIAL_TIMEOUT = 5.0
 SEEN_TTL_S = 120  # gossip message ids remembered, and validation verdicts cached, this long
 CLOSE_TIMEOUT = 1.0  # closing or resetting a sync stream: past it the stream is left to the muxer
@@ -153,6 +160,9 @@ class Libp2pNetwork:
         self._pubsub = Pubsub(self.host, self._router, msg_id_constructor=self._message_id,
                               seen_ttl=SEEN_TTL_S, validation_cache_ttl=SEEN_TTL_S)
         self._known_connected: set[str] = set()
+        self._nursery: trio.Nursery | None = None  # for tasks the callers may leave behind
+        self._opening: set[str] = set()  # peers with a sync stream being opened
+        self._dropping: set[str] = set()
 
     def _message_id(self, message) -> bytes:
         """sha256 of the data on the events topic alone (PROTOCOL.md section 11); on any other
@@ -188,12 +198,55 @@ class Libp2pNetwork:
         return self._statuses
 
     async def open_stream(self, peer: str) -> Libp2pStream:
+        """Open a sync stream, in a task of the network's own: py-libp2p cleans up a failed
+        ``new_stream`` in a shielded scope with no deadline (a reset that waits for the
+        connection's writer), which would wedge the caller past any deadline of its own. The
+        task is left behind at ``DIAL_TIMEOUT``; one per peer at a time."""
+        if peer in self._opening:
+            raise StreamClosed(f"cannot open a sync stream to {peer[-8:]}: an earlier open has not returned")
+        assert self._nursery is not None, "open_stream before run()"
+        send, receive = trio.open_memory_channel[Libp2pStream | BaseException](1)
+        self._opening.add(peer)
+        self._nursery.start_soon(self._open, peer, send)
+        outcome: Libp2pStream | BaseException | None = None
+        with trio.move_on_after(DIAL_TIMEOUT):
+            outcome = await receive.receive()
+        if outcome is None:
+            with contextlib.suppress(trio.WouldBlock):
+                outcome = receive.receive_nowait()  # sent as the deadline passed
+        receive.close()  # from here a stream that opens after all is reset by the task
+        if outcome is None:
+            raise StreamClosed(f"cannot open a sync stream to {peer[-8:]}: no stream in {DIAL_TIMEOUT:g} s")
+        if isinstance(outcome, BaseException):
+            raise StreamClosed(f"cannot open a sync stream to {peer[-8:]}: {outcome!r}")
+        return outcome
+
+    async def _open(self, peer: str, send: trio.MemorySendChannel) -> None:
         try:
-            with trio.fail_after(DIAL_TIMEOUT):
+            with trio.move_on_after(DIAL_TIMEOUT):
                 stream = await self.host.new_stream(ID.from_base58(peer), [SYNC_PROTOCOL])
+                try:
+                    send.send_nowait(Libp2pStream(stream, peer))
+                except (trio.BrokenResourceError, trio.ClosedResourceError):  # the caller gave up
+                    await Libp2pStream(stream, peer).abort()
         except Exception as exc:
-            raise StreamClosed(f"cannot open a sync stream to {peer[-8:]}: {exc!r}") from None
-        return Libp2pStream(stream, peer)
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
+                send.send_nowait(exc)
+        finally:
+            self._opening.discard(peer)
+
+    def drop(self, peer: str) -> None:
+        if self._nursery is not None and peer not in self._dropping:
+            self._dropping.add(peer)
+            self._nursery.start_soon(self._close_peer, peer)
+
+    async def _close_peer(self, peer: str) -> None:
+        try:
+            with trio.move_on_after(DIAL_TIMEOUT), contextlib.suppress(Exception):  # already gone
+                await self.host.get_network().close_peer(ID.from_base58(peer))
+            self._known_connected.discard(peer)
+        finally:
+            self._dropping.discard(peer)
 
     def serve(self, handler: StreamHandler) -> None:
         self._handler = handler
@@ -229,6 +282,7 @@ class Libp2pNetwork:
             background_trio_service(self._pubsub),
             background_trio_service(self._router),
         ):
+            self._nursery = nursery
             await self._pubsub.wait_until_ready()
             self._pubsub.set_topic_validator(self.topic, self._validate, False)
             subscription = await self._pubsub.subscribe(self.topic)
@@ -290,23 +344,43 @@ class Libp2pNetwork:
             await trio.sleep(DIAL_INTERVAL)
 
     async def _liveness_loop(self) -> None:
-        ping = PingService(self.host)
         while True:
             await trio.sleep(PING_INTERVAL)
             async with trio.open_nursery() as nursery:  # at once: one silent peer delays no other's ping
                 for peer in self.connected_peers():
-                    nursery.start_soon(self._ping_or_drop, ping, peer)
+                    nursery.start_soon(self._ping_or_drop, peer)
 
-    async def _ping_or_drop(self, ping: PingService, peer: str) -> None:
-        alive = False
+    async def _ping(self, peer: str) -> bool:
+        """One ping on a fresh stream: whether the peer echoed our bytes within ``PING_TIMEOUT``."""
         with trio.move_on_after(PING_TIMEOUT):
             try:
-                await ping.ping(ID.from_base58(peer))
-                alive = True
+                stream = await self.host.new_stream(ID.from_base58(peer), [PING_PROTOCOL])
             except Exception as exc:
                 log.debug("ping failed", peer=peer, error=repr(exc)[:120])
-        if not alive:
-            log.warning("peer unresponsive; disconnecting", peer=peer)
-            with contextlib.suppress(Exception):  # already gone
-                await self.host.get_network().close_peer(ID.from_base58(peer))
-            self._known_connected.discard(peer)
+                return False
+            try:
+                payload = secrets.token_bytes(PING_BYTES)
+                await stream.write(payload)
+                echo = b""
+                while len(echo) < PING_BYTES:
+                    chunk = await stream.read(PING_BYTES - len(echo))
+                    if not chunk:
+                        break
+                    echo += chunk
+                return echo == payload
+            except Exception as exc:
+                log.debug("ping failed", peer=peer, error=repr(exc)[:120])
+                return False
+            finally:
+                with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT), \
+                        contextlib.suppress(Exception):
+                    await stream.reset()
+        return False
+
+    async def _ping_or_drop(self, peer: str) -> None:
+        if await self._ping(peer) or await self._ping(peer):
+            return
+        log.warning("peer unresponsive; disconnecting", peer=peer, misses=2)
+        with contextlib.suppress(Exception):  # already gone
+            await self.host.get_network().close_peer(ID.from_base58(peer))
+        self._known_connected.discard(peer)

@@ -320,6 +320,10 @@ class SimNetwork:
     def serve(self, handler: StreamHandler) -> None:
         self.handler = handler
 
+    def drop(self, peer: str) -> None:
+        """Nothing to close: the fabric has no connections, only reachability, and every
+        pull over it ends at its deadline, so a member never finds one wedged here."""
+
     # fabric side
 
     def deliver(self, data: bytes) -> None:
