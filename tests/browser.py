@@ -19,6 +19,8 @@ from typing import Any
 import trio
 from trio_websocket import open_websocket_url
 
+from agents.cli.plan import end_processes
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
@@ -48,12 +50,7 @@ class Browser:
 
     def __exit__(self, *_exc: object) -> None:
         if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            end_processes([self.process], grace=10)
         shutil.rmtree(self.profile, ignore_errors=True)
 
     def new_page_url(self) -> str:

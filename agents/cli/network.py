@@ -284,22 +284,23 @@ def cmd_observe(args: argparse.Namespace) -> int:
                 while not network.connected_peers():
                     await trio.sleep(0.1)
                 if args.follow or args.until_complete or web is not None:
-                    last = ""
+                    last: tuple[int, ...] = ()
                     narrator = Narrator()
-                    while not (args.until_complete and member.tree.complete):
+
+                    def tell() -> None:
+                        nonlocal last
                         for said in narrator.lines(member.tree, network.connected_peers(), board.members()):
                             print(f"  {said}", flush=True)
-                        line = _progress(member)
-                        if line.split(" events, ")[-1] != last:  # not for every event: for progress
-                            print(line, flush=True)
-                            last = line.split(" events, ")[-1]
+                        if _moved(member.tree) != last:  # not for every event: for progress
+                            last = _moved(member.tree)
+                            print(_progress(member), flush=True)
+
+                    while not (args.until_complete and member.tree.complete):
+                        tell()
                         member.changed = trio.Event()
                         with trio.move_on_after(1.0):
                             await member.changed.wait()
-                    for said in narrator.lines(member.tree, network.connected_peers(), board.members()):
-                        print(f"  {said}", flush=True)  # what completed the plan
-                    if _progress(member).split(" events, ")[-1] != last:
-                        print(_progress(member), flush=True)
+                    tell()  # what completed the plan
                 else:
                     while await member.sync_all() > 0:  # one-shot: sync until quiet
                         pass
@@ -323,14 +324,20 @@ def cmd_observe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _moved(tree) -> tuple[int, ...]:
+    """What a progress line reports besides the event count: proposals, accepted, leaves done,
+    leaves, complete. A line is printed when this changes."""
+    leaves = tree.leaves()
+    return (len(tree.proposals), sum(1 for p in tree.proposals.values() if p.status == "accepted"),
+            sum(1 for leaf in leaves if leaf.status == "done"), len(leaves), int(tree.complete))
+
+
 def _progress(member: Member) -> str:
     tree = member.tree
-    leaves = tree.leaves()
-    done = sum(1 for leaf in leaves if leaf.status == "done")
-    accepted = sum(1 for p in tree.proposals.values() if p.status == "accepted")
+    proposals, accepted, done, leaves, complete = _moved(tree)
     return (f"[{len(member.network.connected_peers())} peers] {tree.events} events, "
-            f"{len(tree.proposals)} proposals ({accepted} accepted), {done}/{len(leaves)} leaves done"
-            + (" - complete" if tree.complete else ""))
+            f"{proposals} proposals ({accepted} accepted), {done}/{leaves} leaves done"
+            + (" - complete" if complete else ""))
 
 
 def _emit(tree, args: argparse.Namespace, refused: int, reorganisations: int | None = None,

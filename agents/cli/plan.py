@@ -75,18 +75,22 @@ def start_agent(
 
 
 def stop(procs: list[Proc], grace: float = 5.0) -> None:
-    for proc in procs:
-        if proc.process and proc.process.poll() is None:
-            proc.process.send_signal(signal.SIGTERM)
+    end_processes([p.process for p in procs if p.process is not None], grace)
+
+
+def end_processes(processes: list[subprocess.Popen], grace: float = 5.0) -> None:
+    """SIGTERM every process still running, give them ``grace`` seconds together, then SIGKILL
+    whichever has not exited; returns once all are reaped."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + grace
-    for proc in procs:
-        if proc.process is None:
-            continue
+    for process in processes:
         try:
-            proc.process.wait(max(0.1, deadline - time.monotonic()))
+            process.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            proc.process.kill()
-            proc.process.wait()
+            process.kill()
+            process.wait()
 
 
 def preflight_model(model: str | None) -> None:

@@ -63,6 +63,11 @@ class Observatory:
         self.changed = trio.Event()
         self._clock = clock
         self._counts: deque[tuple[float, int]] = deque()
+        # the plan's part of the view, rebuilt only when the member folds a new tree or
+        # refuses more: the page ticks four times a second, the plan moves far less often
+        self._plan_tree: object = None
+        self._plan_counts: tuple[int, tuple[tuple[str, int], ...]] | None = None
+        self._plan: dict[str, Any] = {}
 
     def view(self) -> dict[str, Any]:
         member = self.member
@@ -72,7 +77,11 @@ class Observatory:
             self._counts.popleft()
         first_at, first_count = self._counts[0]
         rate = (member.tree.events - first_count) / (now - first_at) if now > first_at else 0.0
-        return plan_json(member.tree, refused=member.stats.refused, by_rule=member.intake.refused, extra={
+        counts = (member.stats.refused, tuple(sorted(member.intake.refused.items())))
+        if member.tree is not self._plan_tree or counts != self._plan_counts:  # a refold makes a new tree
+            self._plan_tree, self._plan_counts = member.tree, counts
+            self._plan = plan_json(member.tree, refused=member.stats.refused, by_rule=member.intake.refused)
+        return self._plan | {
             "observer": member.credentials.identity.peer_id,
             "heard": self.board.members(self._expected()),
             "status_refused": dict(sorted(self.board.refused.items())),
@@ -81,7 +90,7 @@ class Observatory:
             "connected": len(member.network.connected_peers()),
             "faults": list(self.faults),
             "reorganisations": member.stats.reorganisations,
-        })
+        }
 
     def _expected(self) -> dict[str, str]:
         """Members the plan names (authors of its events, the goals' scorers): listed even

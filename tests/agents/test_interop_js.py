@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.cli.plan import Proc, free_port, start_agent, swarm_command
+from agents.cli.plan import Proc, end_processes, free_port, start_agent, swarm_command
 from agents.core.fold import fold
 from agents.core.identity import Identity
 from agents.keyfile import load_or_create
@@ -85,12 +85,7 @@ class JsMember:
         return found
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        end_processes([self.process])
         self.log.close()
 
 
