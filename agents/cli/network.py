@@ -28,7 +28,7 @@ from agents.narrate import Narrator
 from agents.render import plan_json, plan_markdown, render_tree, summary
 from agents.status import StatusBoard, publish_statuses, read_statuses
 from agents.store import EventStore, StoreError
-from agents.web.server import Observatory
+from agents.web.server import Observatory, serving_observer, take_over
 from agents.web.server import listen as listen_page
 from agents.web.server import serve as serve_page
 
@@ -253,14 +253,19 @@ def cmd_observe(args: argparse.Namespace) -> int:
     web = parse_address(args.web) if args.web else None
     creds, store = _open(data_dir, "observer", args)
     network = _network(creds, args)
-    page_socket, token = None, ""
+    page_socket, token, standby = None, "", False
     if web is not None:
         try:
             page_socket = listen_page(*web)
         except OSError as exc:
-            store.close()
-            raise CommandError(f"cannot serve the page on {args.web}: {exc.strerror or exc}; pick another "
-                               "--web HOST:PORT") from None
+            serving = serving_observer(*web, creds.cluster)
+            if serving is None:
+                store.close()
+                raise CommandError(f"cannot serve the page on {args.web}: {exc.strerror or exc}; pick another "
+                                   "--web HOST:PORT") from None
+            standby = True
+            print(f"swarm observe: observer {serving[-8:]} already serves the page on {args.web}; "
+                  "standing by to serve it if that observer stops", flush=True)
         token = secrets.token_urlsafe(24)  # for PUT /faults: whoever can read the data directory
         token_path = data_dir / "web.token"
         token_path.unlink(missing_ok=True)
@@ -279,6 +284,9 @@ def cmd_observe(args: argparse.Namespace) -> int:
             if page_socket is not None:
                 url = await nursery.start(serve_page, Observatory(member, board, token), page_socket)
                 print(f"swarm observe: the live page is at {url}/", flush=True)
+            elif standby and web is not None:
+                nursery.start_soon(take_over, Observatory(member, board, token), *web, lambda url: print(
+                    f"swarm observe: the page's observer stopped; the live page is at {url}/ from here", flush=True))
             forever = web is not None and not args.until_complete  # the page stays up until stopped
             with trio.move_on_after(math.inf if forever else args.timeout) as deadline:
                 while not network.connected_peers():

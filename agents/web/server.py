@@ -16,6 +16,11 @@ Hypercorn (its trio worker) serves a small Starlette app:
 One task builds the view every ``TICK_S`` and sends it only when it changed (a busy
 member's "for how long" moves once a second); every open page waits on that one task,
 so ten pages cost what one does.
+
+With several observers given one ``--web`` address, the first to bind it serves the page;
+each later one finds an observer of its cluster answering there (``serving_observer``),
+stands by, and serves the page from the moment the port is free again (``take_over``).
+A port held by anything else is an error, not a reason to wait.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from __future__ import annotations
 import hmac
 import json
 import socket
+import urllib.request
 from collections import deque
+from collections.abc import Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +90,7 @@ class Observatory:
             self._plan = plan_json(member.tree, refused=member.stats.refused, by_rule=member.intake.refused)
         return self._plan | {
             "observer": member.credentials.identity.peer_id,
+            "cluster": member.credentials.cluster,
             "heard": self.board.members(self._expected()),
             "status_refused": dict(sorted(self.board.refused.items())),
             "events_per_s": round(rate, 1),
@@ -176,6 +184,11 @@ def read_faults(body: bytes) -> list[str]:
     return faults
 
 
+STANDBY_S = 2.0  # how often an observer standing by tries the page's port
+PROBE_TIMEOUT_S = 3.0
+MAX_PROBE_BYTES = 64 * 1024 * 1024
+
+
 def listen(host: str, port: int) -> socket.socket:
     """Bind the page's socket before the event loop starts: a busy port is a plain OSError
     the CLI turns into a clear message (inside trio it would come wrapped in a group)."""
@@ -190,6 +203,35 @@ def listen(host: str, port: int) -> socket.socket:
         raise
     sock.set_inheritable(True)
     return sock
+
+
+def serving_observer(host: str, port: int, cluster: str) -> str | None:
+    """The peer id of the observer of ``cluster`` whose page answers at ``host:port``; None when
+    nothing answers there, or something that is not such a page."""
+    probe = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    url = f"http://[{probe}]:{port}/state" if ":" in probe else f"http://{probe}:{port}/state"
+    try:
+        with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as answer:
+            state = json.loads(answer.read(MAX_PROBE_BYTES))
+    except (OSError, ValueError):
+        return None
+    if isinstance(state, dict) and state.get("cluster") == cluster and isinstance(state.get("observer"), str):
+        return state["observer"]
+    return None
+
+
+async def take_over(observatory: Observatory, host: str, port: int, announce: Callable[[str], None]) -> None:
+    """Stand by while another observer serves the page on ``host:port``; once the port is free
+    (that observer stopped), serve it from here and ``announce`` the URL."""
+    while True:
+        try:
+            sock = listen(host, port)
+        except OSError:
+            await trio.sleep(STANDBY_S)
+            continue
+        async with trio.open_nursery() as nursery:
+            announce(await nursery.start(serve, observatory, sock))
+        return
 
 
 async def serve(observatory: Observatory, sock: socket.socket, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

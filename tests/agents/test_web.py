@@ -4,6 +4,7 @@ and the status channel that tells it what each member is doing."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import statistics
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from agents.cli.plan import free_port, swarm_command
+from agents.cli.plan import end_processes, free_port, swarm_command
 from agents.clusterdir import credentials
 from agents.core.identity import Identity
 from agents.keyfile import load_or_create
@@ -225,6 +226,46 @@ def test_observe_refuses_a_bad_web_address_and_a_busy_port(tmp_path) -> None:
                               capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done.stderr
     assert f"cannot serve the page on 127.0.0.1:{port}" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_with_two_observers_on_one_address_the_first_serves_the_page_and_the_second_takes_over(tmp_path) -> None:
+    cluster = LocalCluster(tmp_path, "pair")
+    port = free_port()
+    observers: list[tuple[subprocess.Popen, Path, str]] = []
+    try:
+        for name in ("observer-a", "observer-b"):
+            data_dir = cluster.admit(name, "observer")
+            log = tmp_path / f"{name}.log"
+            process = subprocess.Popen([*swarm_command(), "observe", "--web", f"127.0.0.1:{port}", "--data-dir",
+                                        str(data_dir), "--cluster", "pair", "--no-mdns"],
+                                       stdout=log.open("wb"), stderr=subprocess.STDOUT)
+            observers.append((process, log, load_or_create(data_dir).peer_id))
+            _wait_for(lambda log=log: "live page is at" in log.read_text() or "standing by" in log.read_text(),
+                      f"{name} to serve or stand by", process, log)
+        (first, first_log, first_peer), (second, second_log, second_peer) = observers
+        assert "live page is at" in first_log.read_text()
+        assert f"observer {first_peer[-8:]} already serves the page" in second_log.read_text()
+        assert _state(port)["observer"] == first_peer
+        first.send_signal(signal.SIGTERM)
+        first.wait(30)
+        _wait_for(lambda: "live page is at" in second_log.read_text(), "the second observer to take over",
+                  second, second_log)
+        assert _state(port)["observer"] == second_peer
+    finally:
+        end_processes([process for process, _, _ in observers])
+
+
+def _state(port: int) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/state", timeout=10) as answer:
+        return json.loads(answer.read())
+
+
+def _wait_for(condition, what: str, process: subprocess.Popen, log: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert process.poll() is None, f"the observer exited while waiting for {what}: {log.read_text()[-2000:]}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {log.read_text()[-2000:]}"
+        time.sleep(0.2)
 
 
 @pytest.mark.parametrize("body", [b"not json", b'{"a": 1}', json.dumps(["x"] * 65).encode(), b'[1, 2]'])
