@@ -49,7 +49,7 @@ log = structlog.get_logger("swarm.member")
 
 SYNC_INTERVAL = 3.0
 PULL_DEADLINE = 10.0  # a whole pull from one peer; past it the stream is dropped
-WEDGED_AFTER = PULL_DEADLINE + 2 * 3.0  # a pull still running this long ignored its cancellation
+WEDGED_AFTER = PULL_DEADLINE + 2 * SYNC_INTERVAL  # a pull still running this long ignored its cancellation
 MAX_SERVING = 16  # sync streams served at once: each may hold one frame in reassembly
 MUTE_WARNING_S = 30.0  # how often a member that cannot sign yet says why
 ACT_INTERVAL = 0.25
@@ -89,7 +89,7 @@ class MemberStats:
     sync_refused: int = 0  # sync conversations refused: the peer holds no valid ticket
     sync_timeouts: int = 0  # pulls abandoned at their deadline (a stalled or hostile peer)
     sync_violations: int = 0  # conversations a peer broke: an oversized frame, a malformed message
-    sync_rounds: int = 0  # rounds of pulls from every connected peer
+    sync_rounds: int = 0  # rounds of the sync loop: each pulls from the peers with no pull running
     sync_open_failed: int = 0  # pulls that could not open a stream to a peer we hold a connection to
     held: int = 0
     synced_in: int = 0
@@ -436,6 +436,8 @@ class Member:
                 self._start_pull(nursery, peer)
 
     def _start_pull(self, nursery: trio.Nursery, peer: str) -> None:
+        """Start a pull from ``peer`` unless one is running; one running past ``WEDGED_AFTER``
+        ignored its deadline, so the peer's connection is dropped (once) to break it."""
         started = self._pulling.get(peer)
         if started is None:
             self._pulling[peer] = trio.current_time()

@@ -27,6 +27,8 @@ _COUNTERS = {
     "sync_refused": "sync conversations refused: the peer holds no valid ticket",
     "sync_timeouts": "sync conversations dropped at their deadline",
     "sync_violations": "sync conversations a peer broke (oversized frame, malformed message, too many streams)",
+    "sync_rounds": "rounds of the sync loop (each pulls from the connected peers with no pull running)",
+    "sync_open_failed": "pulls that could not open a stream to a connected peer",
     "reorganisations": "times a decision this member showed changed (must stay 0)",
     "model_calls": "model calls started",
     "store_errors": "writes the store refused",

@@ -16,7 +16,12 @@ py-libp2p's defaults break a swarm (see ENVIRONMENT.md); this adapter fixes each
   with every ping's deadline past and its peers' pongs still unread: one miss
   would drop every peer at once. Each ping is a fresh stream of our own, not
   py-libp2p's ``PingService``, which opens streams under one lock for all peers
-  and reuses a stream whose ping was cancelled, pong unread;
+  and reuses a stream whose ping was cancelled, pong unread. Each peer's check runs
+  on its own task, so one stuck check delays no other peer's;
+* ``new_stream`` is never awaited by a caller that must keep its deadline: py-libp2p
+  cleans up a failed open in a shielded scope with no deadline, so streams (sync and
+  ping) open in the network's own tasks (``_open``), and a peer whose open stays stuck
+  has its connections dropped, its sockets severed if a polite close cannot get through;
 * mDNS callbacks arrive on zeroconf's thread and are handed to trio.
 """
 
@@ -26,6 +31,7 @@ import contextlib
 import hashlib
 import secrets
 from collections.abc import Sequence
+from typing import Any
 
 import multiaddr
 import structlog
@@ -47,7 +53,8 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from agents.core.identity import Identity
 from agents.logs import adopt_libp2p
-from agents.net.base import MAX_FRAME_BYTES, FrameTooLarge, StreamClosed, StreamHandler
+from agents.net.base import StreamClosed, StreamHandler
+from agents.net.streams import CLOSE_TIMEOUT, Libp2pStream, Opening, reset, sever
 from agents.syncproto import PROTOCOL as SYNC_PROTOCOL_ID
 
 log = structlog.get_logger("swarm.net")
@@ -61,52 +68,6 @@ PING_TIMEOUT = 4.0
 PING_BYTES = 32  # the ping protocol's payload: the peer echoes it
 DIAL_TIMEOUT = 5.0
 SEEN_TTL_S = 120  # gossip message ids remembered, and validation verdicts cached, this long
-CLOSE_TIMEOUT = 1.0  # closing or resetting a sync stream: past it the stream is left to the muxer
-
-
-class Libp2pStream:
-    """Length-prefixed frames over a libp2p stream."""
-
-    def __init__(self, stream, peer: str) -> None:
-        self._stream = stream
-        self.peer = peer
-        self._buffer = bytearray()  # appended in place: reassembling a frame is linear in its size
-
-    async def send(self, frame: bytes) -> None:
-        try:
-            await self._stream.write(len(frame).to_bytes(4, "big") + frame)
-        except Exception as exc:  # libp2p raises many unrelated types for a dead stream
-            raise StreamClosed(f"cannot write to {self.peer[-8:]}: {exc!r}") from None
-
-    async def _read_exactly(self, count: int) -> bytes:
-        while len(self._buffer) < count:
-            try:
-                chunk = await self._stream.read(max(65536, count - len(self._buffer)))
-            except Exception as exc:
-                raise StreamClosed(f"cannot read from {self.peer[-8:]}: {exc!r}") from None
-            if not chunk:
-                raise StreamClosed(f"{self.peer[-8:]} closed the stream")
-            self._buffer += chunk
-        data = bytes(self._buffer[:count])
-        del self._buffer[:count]
-        return data
-
-    async def receive(self, limit: int = MAX_FRAME_BYTES) -> bytes:
-        size = int.from_bytes(await self._read_exactly(4), "big")
-        if size > min(limit, MAX_FRAME_BYTES):
-            raise FrameTooLarge(f"{self.peer[-8:]} announced a {size}-byte frame (limit {min(limit, MAX_FRAME_BYTES)})")
-        return await self._read_exactly(size)
-
-    async def aclose(self) -> None:
-        # Bounded: closing writes a frame, and on a connection to a blackholed peer that write
-        # (or the muxer lock behind it) can wait forever; a close is best-effort anyway.
-        with trio.move_on_after(CLOSE_TIMEOUT), contextlib.suppress(Exception):
-            await self._stream.close()
-
-    async def abort(self) -> None:
-        self._buffer.clear()
-        with trio.move_on_after(CLOSE_TIMEOUT), contextlib.suppress(Exception):
-            await self._stream.reset()
 
 
 class Libp2pNetwork:
@@ -161,8 +122,9 @@ class Libp2pNetwork:
                               seen_ttl=SEEN_TTL_S, validation_cache_ttl=SEEN_TTL_S)
         self._known_connected: set[str] = set()
         self._nursery: trio.Nursery | None = None  # for tasks the callers may leave behind
-        self._opening: set[str] = set()  # peers with a sync stream being opened
+        self._abandoned: dict[tuple[str, TProtocol], set[Opening]] = {}  # opens their callers left
         self._dropping: set[str] = set()
+        self._checking: set[str] = set()  # peers with a liveness check running
 
     def _message_id(self, message) -> bytes:
         """sha256 of the data on the events topic alone (PROTOCOL.md section 11); on any other
@@ -198,52 +160,94 @@ class Libp2pNetwork:
         return self._statuses
 
     async def open_stream(self, peer: str) -> Libp2pStream:
-        """Open a sync stream, in a task of the network's own: py-libp2p cleans up a failed
-        ``new_stream`` in a shielded scope with no deadline (a reset that waits for the
-        connection's writer), which would wedge the caller past any deadline of its own. The
-        task is left behind at ``DIAL_TIMEOUT``; one per peer at a time."""
-        if peer in self._opening:
-            raise StreamClosed(f"cannot open a sync stream to {peer[-8:]}: an earlier open has not returned")
-        assert self._nursery is not None, "open_stream before run()"
-        send, receive = trio.open_memory_channel[Libp2pStream | BaseException](1)
-        self._opening.add(peer)
-        self._nursery.start_soon(self._open, peer, send)
-        outcome: Libp2pStream | BaseException | None = None
-        with trio.move_on_after(DIAL_TIMEOUT):
-            outcome = await receive.receive()
-        if outcome is None:
-            with contextlib.suppress(trio.WouldBlock):
-                outcome = receive.receive_nowait()  # sent as the deadline passed
-        receive.close()  # from here a stream that opens after all is reset by the task
-        if outcome is None:
-            raise StreamClosed(f"cannot open a sync stream to {peer[-8:]}: no stream in {DIAL_TIMEOUT:g} s")
-        if isinstance(outcome, BaseException):
-            raise StreamClosed(f"cannot open a sync stream to {peer[-8:]}: {outcome!r}")
-        return outcome
+        """Open a sync stream; StreamClosed when it cannot within ``DIAL_TIMEOUT``, and at once
+        while an earlier open to ``peer`` that its caller gave up on has not returned."""
+        return Libp2pStream(await self._open(peer, SYNC_PROTOCOL), peer)
 
-    async def _open(self, peer: str, send: trio.MemorySendChannel) -> None:
+    async def _open(self, peer: str, protocol: TProtocol):
+        """A py-libp2p stream to ``peer``, opened in a task of the network's own: py-libp2p
+        cleans up a failed ``new_stream`` in a shielded scope with no deadline (a reset that
+        waits for the connection's writer), which would hold its caller past any deadline of
+        the caller's. The caller waits at most ``DIAL_TIMEOUT``. A task it leaves behind is
+        remembered: a later open of that protocol to that peer first waits for it (as long
+        again), fails if it still has not returned, and has the peer's connections severed
+        once it is twice that old."""
+        key = (peer, protocol)
+        stuck = self._abandoned.get(key)
+        if stuck:
+            oldest = min(stuck, key=lambda left: left.since)
+            with trio.move_on_after(DIAL_TIMEOUT):
+                await oldest.done.wait()
+            if not oldest.done.is_set():
+                if trio.current_time() - oldest.since > 2 * DIAL_TIMEOUT:
+                    self.drop(peer)
+                raise StreamClosed(f"cannot open a stream to {peer[-8:]}: an earlier open has not returned")
+        if self._nursery is None:
+            raise StreamClosed(f"cannot open a stream to {peer[-8:]}: the network is not running")
+        opening = Opening()
+        send, receive = trio.open_memory_channel[Any](1)
+        self._nursery.start_soon(self._open_in_task, key, opening, send)
+        outcome: Any = None
         try:
             with trio.move_on_after(DIAL_TIMEOUT):
-                stream = await self.host.new_stream(ID.from_base58(peer), [SYNC_PROTOCOL])
-                try:
-                    send.send_nowait(Libp2pStream(stream, peer))
-                except (trio.BrokenResourceError, trio.ClosedResourceError):  # the caller gave up
-                    await Libp2pStream(stream, peer).abort()
+                outcome = await receive.receive()
+        finally:
+            if outcome is None:
+                with contextlib.suppress(trio.WouldBlock):
+                    outcome = receive.receive_nowait()  # sent as the deadline passed
+                if outcome is None and not opening.done.is_set():
+                    opening.since = trio.current_time()
+                    self._abandoned.setdefault(key, set()).add(opening)
+                elif outcome is not None and not isinstance(outcome, BaseException):
+                    if self._nursery is not None:  # our caller was cancelled meanwhile
+                        self._nursery.start_soon(reset, outcome)
+                    outcome = None
+            receive.close()  # from here a stream that opens after all is reset by the task
+        if outcome is None:
+            raise StreamClosed(f"cannot open a stream to {peer[-8:]}: none opened in {DIAL_TIMEOUT:g} s")
+        if isinstance(outcome, BaseException):
+            raise StreamClosed(f"cannot open a stream to {peer[-8:]}: {outcome!r}")
+        return outcome
+
+    async def _open_in_task(self, key: tuple[str, TProtocol], opening: Opening,
+                            send: trio.MemorySendChannel) -> None:
+        peer, protocol = key
+        stream = None
+        try:
+            with trio.move_on_after(DIAL_TIMEOUT):
+                stream = await self.host.new_stream(ID.from_base58(peer), [protocol])
         except Exception as exc:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
                 send.send_nowait(exc)
+        else:
+            if stream is not None:
+                try:
+                    send.send_nowait(stream)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):  # the caller gave up
+                    await reset(stream)
         finally:
-            self._opening.discard(peer)
+            opening.done.set()
+            left = self._abandoned.get(key)
+            if left is not None:
+                left.discard(opening)
+                if not left:
+                    del self._abandoned[key]
 
     def drop(self, peer: str) -> None:
+        """Close our connections to ``peer`` in the background (it is redialled as usual)."""
         if self._nursery is not None and peer not in self._dropping:
             self._dropping.add(peer)
             self._nursery.start_soon(self._close_peer, peer)
 
     async def _close_peer(self, peer: str) -> None:
+        """Close politely for ``CLOSE_TIMEOUT``; then sever the sockets: a polite close writes
+        under the connection's write lock, which a write stuck on a blackholed link holds."""
         try:
-            with trio.move_on_after(DIAL_TIMEOUT), contextlib.suppress(Exception):  # already gone
-                await self.host.get_network().close_peer(ID.from_base58(peer))
+            peer_id = ID.from_base58(peer)
+            with trio.move_on_after(CLOSE_TIMEOUT), contextlib.suppress(Exception):  # already gone
+                await self.host.get_network().close_peer(peer_id)
+            for connection in self.host.get_network().get_connections(peer_id):
+                sever(connection)
             self._known_connected.discard(peer)
         finally:
             self._dropping.discard(peer)
@@ -295,7 +299,10 @@ class Libp2pNetwork:
             nursery.start_soon(self._liveness_loop)
             log.info("listening", peer=self.peer_id, addrs=self.addresses(), topic=self.topic)
             task_status.started()
-            await trio.sleep_forever()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None
 
     async def _drain(self, subscription, into: trio.MemorySendChannel[bytes]) -> None:
         while True:
@@ -344,19 +351,33 @@ class Libp2pNetwork:
             await trio.sleep(DIAL_INTERVAL)
 
     async def _liveness_loop(self) -> None:
+        """Every ``PING_INTERVAL``, check each connected peer that has no check running. Checks
+        run on their own and are never awaited together: one stuck on a wedged connection
+        holds up its own peer and no other."""
+        assert self._nursery is not None
         while True:
             await trio.sleep(PING_INTERVAL)
-            async with trio.open_nursery() as nursery:  # at once: one silent peer delays no other's ping
-                for peer in self.connected_peers():
-                    nursery.start_soon(self._ping_or_drop, peer)
+            for peer in self.connected_peers():
+                if peer not in self._checking:
+                    self._checking.add(peer)
+                    self._nursery.start_soon(self._ping_or_drop, peer)
+
+    async def _ping_or_drop(self, peer: str) -> None:
+        try:
+            if await self._ping(peer) or await self._ping(peer):
+                return
+            log.warning("peer unresponsive; disconnecting", peer=peer, misses=2)
+            self.drop(peer)
+        finally:
+            self._checking.discard(peer)
 
     async def _ping(self, peer: str) -> bool:
         """One ping on a fresh stream: whether the peer echoed our bytes within ``PING_TIMEOUT``."""
         with trio.move_on_after(PING_TIMEOUT):
             try:
-                stream = await self.host.new_stream(ID.from_base58(peer), [PING_PROTOCOL])
-            except Exception as exc:
-                log.debug("ping failed", peer=peer, error=repr(exc)[:120])
+                stream = await self._open(peer, PING_PROTOCOL)
+            except StreamClosed as exc:
+                log.debug("ping failed", peer=peer, error=str(exc)[:160])
                 return False
             try:
                 payload = secrets.token_bytes(PING_BYTES)
@@ -372,15 +393,6 @@ class Libp2pNetwork:
                 log.debug("ping failed", peer=peer, error=repr(exc)[:120])
                 return False
             finally:
-                with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT), \
-                        contextlib.suppress(Exception):
-                    await stream.reset()
+                if self._nursery is not None:  # not awaited: a reset may wait on the writer
+                    self._nursery.start_soon(reset, stream)
         return False
-
-    async def _ping_or_drop(self, peer: str) -> None:
-        if await self._ping(peer) or await self._ping(peer):
-            return
-        log.warning("peer unresponsive; disconnecting", peer=peer, misses=2)
-        with contextlib.suppress(Exception):  # already gone
-            await self.host.get_network().close_peer(ID.from_base58(peer))
-        self._known_connected.discard(peer)

@@ -5,8 +5,23 @@ from __future__ import annotations
 import json
 import logging
 
+import pytest
+import structlog
+
 import agents.net.p2p  # noqa: F401 (importing libp2p detaches its logger: the case that matters)
 from agents import logs
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """``logs.configure`` binds structlog and the root handler to this test's captured stderr,
+    which pytest closes after it: later tests that log in-process would write to a closed file."""
+    saved, root = structlog.get_config(), logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    structlog.configure(**saved)
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def test_libp2p_records_render_as_json_and_known_noise_is_shown_once_then_counted(capsys) -> None:

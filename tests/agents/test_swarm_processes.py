@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import signal
 import subprocess
+import time
 from collections import Counter
 
 import pytest
 
 from agents.cli.plan import swarm_command
+from agents.net.p2p import PING_INTERVAL, PING_TIMEOUT
 from agents.store import EventStore
 from tests.cluster import LocalCluster
 
@@ -194,6 +197,41 @@ def test_a_member_restarted_from_its_data_dir_keeps_everything_and_catches_up(ma
     tree = cluster.tree(victim)
     assert tree.complete and goal in tree.nodes
     assert not tree.equivocators  # it continued its own feed, no fork after the restart
+
+
+def test_a_stall_of_every_member_drops_no_peer_and_the_plan_completes(make_cluster) -> None:
+    """A starved machine stops every member at once; each wakes with its pings' deadlines past
+    and its peers' answers unread. One missed ping must not drop a peer (it dropped them all)."""
+    cluster = make_cluster(llm_latency=1.0)
+    names = cluster.shape(1, 3, 1)
+    cluster.start()
+    goal = cluster.submit("Plan a two-week trip to Japan")
+    cluster.wait_for("the goal on every member", lambda: all(goal in cluster.tree(n).nodes for n in names))
+    for _ in range(2):
+        for name in names:
+            cluster.procs[name].process.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
+        time.sleep(PING_INTERVAL + PING_TIMEOUT + 1)
+        for name in names:
+            cluster.procs[name].process.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
+        time.sleep(PING_INTERVAL + 1)
+    cluster.wait_for("the plan to complete", lambda: cluster.tree("executor-0").complete, timeout=90)
+    cluster.wait_converged()
+    members = {cluster.procs[name].peer_id for name in names}  # the client has left: it may be dropped
+    dropped = {name: [r["peer"][-8:] for r in _records(cluster, name)
+                      if r.get("event") == "peer unresponsive; disconnecting" and r.get("peer") in members]
+               for name in names}
+    assert not any(dropped.values()), f"members dropped live peers after a stall: {dropped}"
+
+
+def _records(cluster: LocalCluster, name: str) -> list[dict]:
+    records = []
+    for line in (cluster.procs[name].data_dir / "agent.log").read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue
+    return records
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from agents.core.clock import Timestamp
 from agents.core.events import ResultBody, sign_event
 from agents.core.sync import EventIndex
 from agents.net.base import FrameTooLarge, StreamClosed
-from agents.net.p2p import Libp2pStream
+from agents.net.streams import Libp2pStream
 from agents.syncproto import EVENTS_BUDGET, LIMITS, SyncProtocolError, pull, serve_pull
 from tests.builders import credentials, ticket_sig
 

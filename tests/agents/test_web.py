@@ -240,7 +240,7 @@ def test_with_two_observers_on_one_address_the_first_serves_the_page_and_the_sec
                                         str(data_dir), "--cluster", "pair", "--no-mdns"],
                                        stdout=log.open("wb"), stderr=subprocess.STDOUT)
             observers.append((process, log, load_or_create(data_dir).peer_id))
-            _wait_for(lambda log=log: "live page is at" in log.read_text() or "standing by" in log.read_text(),
+            _wait_until(lambda log=log: "live page is at" in log.read_text() or "standing by" in log.read_text(),
                       f"{name} to serve or stand by", process, log)
         (first, first_log, first_peer), (second, second_log, second_peer) = observers
         assert "live page is at" in first_log.read_text()
@@ -248,7 +248,7 @@ def test_with_two_observers_on_one_address_the_first_serves_the_page_and_the_sec
         assert _state(port)["observer"] == first_peer
         first.send_signal(signal.SIGTERM)
         first.wait(30)
-        _wait_for(lambda: "live page is at" in second_log.read_text(), "the second observer to take over",
+        _wait_until(lambda: "live page is at" in second_log.read_text(), "the second observer to take over",
                   second, second_log)
         assert _state(port)["observer"] == second_peer
     finally:
@@ -260,7 +260,7 @@ def _state(port: int) -> dict:
         return json.loads(answer.read())
 
 
-def _wait_for(condition, what: str, process: subprocess.Popen, log: Path, timeout: float = 60) -> None:
+def _wait_until(condition, what: str, process: subprocess.Popen, log: Path, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert process.poll() is None, f"the observer exited while waiting for {what}: {log.read_text()[-2000:]}"

@@ -1,0 +1,84 @@
+"""py-libp2p streams for the adapter (``agents.net.p2p``): framed sync streams, and the
+small tools that keep a caller's deadline whatever py-libp2p does underneath."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+
+import trio
+
+from agents.net.base import MAX_FRAME_BYTES, FrameTooLarge, StreamClosed
+
+CLOSE_TIMEOUT = 1.0  # closing or resetting a stream: past it the stream is left to the muxer
+
+
+class Libp2pStream:
+    """Length-prefixed frames over a libp2p stream."""
+
+    def __init__(self, stream, peer: str) -> None:
+        self._stream = stream
+        self.peer = peer
+        self._buffer = bytearray()  # appended in place: reassembling a frame is linear in its size
+
+    async def send(self, frame: bytes) -> None:
+        try:
+            await self._stream.write(len(frame).to_bytes(4, "big") + frame)
+        except Exception as exc:  # libp2p raises many unrelated types for a dead stream
+            raise StreamClosed(f"cannot write to {self.peer[-8:]}: {exc!r}") from None
+
+    async def _read_exactly(self, count: int) -> bytes:
+        while len(self._buffer) < count:
+            try:
+                chunk = await self._stream.read(max(65536, count - len(self._buffer)))
+            except Exception as exc:
+                raise StreamClosed(f"cannot read from {self.peer[-8:]}: {exc!r}") from None
+            if not chunk:
+                raise StreamClosed(f"{self.peer[-8:]} closed the stream")
+            self._buffer += chunk
+        data = bytes(self._buffer[:count])
+        del self._buffer[:count]
+        return data
+
+    async def receive(self, limit: int = MAX_FRAME_BYTES) -> bytes:
+        size = int.from_bytes(await self._read_exactly(4), "big")
+        if size > min(limit, MAX_FRAME_BYTES):
+            raise FrameTooLarge(f"{self.peer[-8:]} announced a {size}-byte frame (limit {min(limit, MAX_FRAME_BYTES)})")
+        return await self._read_exactly(size)
+
+    async def aclose(self) -> None:
+        # Bounded: closing writes a frame, and on a connection to a blackholed peer that write
+        # (or the muxer lock behind it) can wait forever; a close is best-effort anyway.
+        with trio.move_on_after(CLOSE_TIMEOUT), contextlib.suppress(Exception):
+            await self._stream.close()
+
+    async def abort(self) -> None:
+        self._buffer.clear()
+        with trio.move_on_after(CLOSE_TIMEOUT), contextlib.suppress(Exception):
+            await self._stream.reset()
+
+
+class Opening:
+    """One stream open under way in the network's task: ``done`` once it returned."""
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.since = 0.0  # when its caller gave up on it
+
+
+async def reset(stream) -> None:
+    """Reset a py-libp2p stream, giving up after ``CLOSE_TIMEOUT`` (the muxer has it then)."""
+    with trio.move_on_after(CLOSE_TIMEOUT), contextlib.suppress(Exception):
+        await stream.reset()
+
+
+def sever(connection) -> None:
+    """Shut down the TCP socket under a py-libp2p 0.8.1 connection (SwarmConn > Yamux >
+    SecureSession > noise > RawConnection > TrioTCPStream > trio.SocketStream), so a write
+    blocked on it fails and the connection's own teardown runs. Other shapes are left alone."""
+    layer = connection
+    for attribute in ("muxed_conn", "secured_conn", "conn", "conn", "stream", "stream"):
+        layer = getattr(layer, attribute, None)
+    if isinstance(layer, trio.SocketStream):
+        with contextlib.suppress(OSError):
+            layer.socket.shutdown(socket.SHUT_RDWR)
