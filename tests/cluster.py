@@ -7,6 +7,7 @@ safely beside the running writer) and wait for conditions, never for time.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -113,6 +114,17 @@ class LocalCluster:
     def event_ids(self, name: str) -> set[str]:
         with EventStore.open(self.procs[name].data_dir) as store:
             return {e.id for e in store.events()}
+
+    def log_records(self, name: str) -> list[dict]:
+        """The JSON records of ``name``'s agent.log (lines that are not JSON are skipped)."""
+        records = []
+        for line in (self.procs[name].data_dir / "agent.log").read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    continue
+        return records
 
     def wait_for(self, what: str, condition: Callable[[], bool], timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout

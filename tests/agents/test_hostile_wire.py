@@ -33,17 +33,6 @@ def _rss_mb(pid: int) -> float:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
-def _log_records(path: Path) -> list[dict]:
-    records = []
-    for line in path.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                continue
-    return records
-
-
 def test_a_peer_that_stalls_pulls_and_announces_huge_frames_costs_neither_memory_nor_progress(tmp_path) -> None:
     cluster = LocalCluster(tmp_path, f"hostile-{tmp_path.name}")
     names = cluster.shape(1, 3, 1)
@@ -77,7 +66,7 @@ def test_a_peer_that_stalls_pulls_and_announces_huge_frames_costs_neither_memory
 
         assert sent["gossip"] > 0 and sent["sync"] + sent["sync_dropped"] > 0, sent
         assert sent["hoard"] + sent["hoard_dropped"] > 0, sent  # almost-full frames, then a stall
-        records = [r for n in names for r in _log_records(cluster.procs[n].data_dir / "agent.log")]
+        records = [r for n in names for r in cluster.log_records(n)]
         # the pulls it accepted and never answered were dropped at the deadline
         assert any(r.get("event") == "sync pull timed out" for r in records), "no member dropped a stalled pull"
         # the frames announcing 2^32-1 bytes ended their streams before anything was read

@@ -217,21 +217,10 @@ def test_a_stall_of_every_member_drops_no_peer_and_the_plan_completes(make_clust
     cluster.wait_for("the plan to complete", lambda: cluster.tree("executor-0").complete, timeout=90)
     cluster.wait_converged()
     members = {cluster.procs[name].peer_id for name in names}  # the client has left: it may be dropped
-    dropped = {name: [r["peer"][-8:] for r in _records(cluster, name)
+    dropped = {name: [r["peer"][-8:] for r in cluster.log_records(name)
                       if r.get("event") == "peer unresponsive; disconnecting" and r.get("peer") in members]
                for name in names}
     assert not any(dropped.values()), f"members dropped live peers after a stall: {dropped}"
-
-
-def _records(cluster: LocalCluster, name: str) -> list[dict]:
-    records = []
-    for line in (cluster.procs[name].data_dir / "agent.log").read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                continue
-    return records
 
 
 @pytest.fixture
