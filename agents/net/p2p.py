@@ -10,14 +10,8 @@ py-libp2p's defaults break a swarm (see ENVIRONMENT.md); this adapter fixes each
 * the subscription (32-message queue) is drained at once into our own channel;
 * nothing reconnects by itself: we dial bootstrap and mDNS-discovered peers,
   redial lost ones (after ``unblock_peer``, to skip the 60 s negative cache),
-  and ping every connected peer; one that misses two pings in a row (each
-  ``PING_TIMEOUT``) is disconnected, which catches a blackholed link. Two, because
-  a member that was itself stalled (a paused process, a starved machine) wakes
-  with every ping's deadline past and its peers' pongs still unread: one miss
-  would drop every peer at once. Each ping is a fresh stream of our own, not
-  py-libp2p's ``PingService``, which opens streams under one lock for all peers
-  and reuses a stream whose ping was cancelled, pong unread. Each peer's check runs
-  on its own task, so one stuck check delays no other peer's;
+  and check every connected peer's liveness (``liveness.py``: pings of our own,
+  a blackholed link is disconnected);
 * ``new_stream`` is never awaited by a caller that must keep its deadline: py-libp2p
   cleans up a failed open in a shielded scope with no deadline, so streams (sync and
   ping) open in the network's own tasks (``_open``), and a peer whose open stays stuck
@@ -29,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,6 +47,7 @@ from libp2p.tools.anyio_service import background_trio_service
 from agents.core.identity import Identity
 from agents.logs import adopt_libp2p
 from agents.net.base import StreamClosed, StreamHandler
+from agents.net.liveness import Liveness
 from agents.net.streams import CLOSE_TIMEOUT, Libp2pStream, Opening, reset, sever
 from agents.syncproto import PROTOCOL as SYNC_PROTOCOL_ID
 
@@ -63,9 +57,6 @@ adopt_libp2p()  # importing libp2p detached its logger from ours
 GOSSIP_PROTOCOLS = [TProtocol("/meshsub/1.2.0"), TProtocol("/meshsub/1.1.0"), TProtocol("/meshsub/1.0.0")]
 SYNC_PROTOCOL = TProtocol(SYNC_PROTOCOL_ID)
 DIAL_INTERVAL = 2.0
-PING_INTERVAL = 2.0
-PING_TIMEOUT = 4.0
-PING_BYTES = 32  # the ping protocol's payload: the peer echoes it
 DIAL_TIMEOUT = 5.0
 SEEN_TTL_S = 120  # gossip message ids remembered, and validation verdicts cached, this long
 
@@ -124,7 +115,7 @@ class Libp2pNetwork:
         self._nursery: trio.Nursery | None = None  # for tasks the callers may leave behind
         self._abandoned: dict[tuple[str, TProtocol], set[Opening]] = {}  # opens their callers left
         self._dropping: set[str] = set()
-        self._checking: set[str] = set()  # peers with a liveness check running
+        self.liveness = Liveness(lambda peer: self._open(peer, PING_PROTOCOL), self.connected_peers, self.drop)
 
     def _message_id(self, message) -> bytes:
         """sha256 of the data on the events topic alone (PROTOCOL.md section 11); on any other
@@ -207,6 +198,7 @@ class Libp2pNetwork:
             raise StreamClosed(f"cannot open a stream to {peer[-8:]}: none opened in {DIAL_TIMEOUT:g} s")
         if isinstance(outcome, BaseException):
             raise StreamClosed(f"cannot open a stream to {peer[-8:]}: {outcome!r}")
+        self.liveness.heard(peer)  # the peer answered the protocol negotiation
         return outcome
 
     async def _open_in_task(self, key: tuple[str, TProtocol], opening: Opening,
@@ -262,6 +254,7 @@ class Libp2pNetwork:
 
     async def _on_stream(self, stream) -> None:
         peer = str(stream.muxed_conn.peer_id)
+        self.liveness.heard(peer)
         wrapped = Libp2pStream(stream, peer)
         try:
             if self._handler is not None:
@@ -269,10 +262,12 @@ class Libp2pNetwork:
         finally:
             await wrapped.aclose()
 
-    def _validate(self, _peer: ID, message) -> bool:
+    def _validate(self, forwarder: ID, message) -> bool:
+        self.liveness.heard(str(forwarder))
         return self.validator is None or bool(self.validator(message.data))
 
-    def _validate_status(self, _peer: ID, message) -> bool:
+    def _validate_status(self, forwarder: ID, message) -> bool:
+        self.liveness.heard(str(forwarder))
         return self.status_validator is None or bool(self.status_validator(message.data))
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -296,7 +291,7 @@ class Libp2pNetwork:
             nursery.start_soon(self._drain, subscription, self._gossip_send)
             nursery.start_soon(self._drain, statuses, self._status_send)
             nursery.start_soon(self._dial_loop)
-            nursery.start_soon(self._liveness_loop)
+            nursery.start_soon(self.liveness.run, nursery)
             log.info("listening", peer=self.peer_id, addrs=self.addresses(), topic=self.topic)
             task_status.started()
             try:
@@ -349,50 +344,3 @@ class Libp2pNetwork:
                 self._known_connected.add(peer)
                 self._conn_send.send_nowait(peer)
             await trio.sleep(DIAL_INTERVAL)
-
-    async def _liveness_loop(self) -> None:
-        """Every ``PING_INTERVAL``, check each connected peer that has no check running. Checks
-        run on their own and are never awaited together: one stuck on a wedged connection
-        holds up its own peer and no other."""
-        assert self._nursery is not None
-        while True:
-            await trio.sleep(PING_INTERVAL)
-            for peer in self.connected_peers():
-                if peer not in self._checking:
-                    self._checking.add(peer)
-                    self._nursery.start_soon(self._ping_or_drop, peer)
-
-    async def _ping_or_drop(self, peer: str) -> None:
-        try:
-            if await self._ping(peer) or await self._ping(peer):
-                return
-            log.warning("peer unresponsive; disconnecting", peer=peer, misses=2)
-            self.drop(peer)
-        finally:
-            self._checking.discard(peer)
-
-    async def _ping(self, peer: str) -> bool:
-        """One ping on a fresh stream: whether the peer echoed our bytes within ``PING_TIMEOUT``."""
-        with trio.move_on_after(PING_TIMEOUT):
-            try:
-                stream = await self._open(peer, PING_PROTOCOL)
-            except StreamClosed as exc:
-                log.debug("ping failed", peer=peer, error=str(exc)[:160])
-                return False
-            try:
-                payload = secrets.token_bytes(PING_BYTES)
-                await stream.write(payload)
-                echo = b""
-                while len(echo) < PING_BYTES:
-                    chunk = await stream.read(PING_BYTES - len(echo))
-                    if not chunk:
-                        break
-                    echo += chunk
-                return echo == payload
-            except Exception as exc:
-                log.debug("ping failed", peer=peer, error=repr(exc)[:120])
-                return False
-            finally:
-                if self._nursery is not None:  # not awaited: a reset may wait on the writer
-                    self._nursery.start_soon(reset, stream)
-        return False

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from agents.cli.plan import swarm_command
-from agents.net.p2p import PING_INTERVAL, PING_TIMEOUT
+from agents.net.liveness import PING_INTERVAL, PING_TIMEOUT
 from agents.store import EventStore
 from tests.cluster import LocalCluster
 

@@ -1,0 +1,109 @@
+"""Which connected peers still answer: the libp2p adapter's liveness checks.
+
+A blackholed link (a partition, a dead machine behind a live switch) closes nothing:
+TCP waits, streams hang, and the peer stays "connected" for minutes. So every
+``PING_INTERVAL`` each connected peer is checked, on its own task (one stuck check
+delays no other peer's): a ping on a fresh stream of our own, echoed within
+``PING_TIMEOUT``. Not py-libp2p's ``PingService``, which opens streams under one lock
+for all peers and reuses a stream whose ping was cancelled, pong unread.
+
+A peer is dropped only on evidence that its link delivers nothing:
+
+* two pings in a row missed, because one can be lost to a moment's congestion;
+* neither spanning a stall of this process (``StallWatch``): every member of a starved
+  machine stalls together and wakes with every deadline past, pongs unread;
+* and nothing else heard from the peer since the first ping began (``heard``: a stream
+  it opened to us, one we opened to it, a gossip message it forwarded). A peer that is
+  slow to answer pings while it catches up after a stall is still talking to us; a
+  blackholed one is not.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+
+import structlog
+import trio
+
+from agents.net.base import StreamClosed
+from agents.net.stalls import StallWatch
+from agents.net.streams import reset
+
+log = structlog.get_logger("swarm.net")
+
+PING_INTERVAL = 2.0
+PING_TIMEOUT = 4.0
+PING_BYTES = 32  # the ping protocol's payload: the peer echoes it
+
+
+class Liveness:
+    """Run with ``nursery.start_soon(liveness.run, nursery)``; tell it ``heard(peer)``."""
+
+    def __init__(self, open_ping: Callable[[str], Awaitable], connected: Callable[[], list[str]],
+                 drop: Callable[[str], None]) -> None:
+        self._open_ping = open_ping
+        self._connected = connected
+        self._drop = drop
+        self._checking: set[str] = set()  # peers with a check running
+        self._heard: dict[str, float] = {}  # peer -> trio time we last heard from it
+        self.stalls = StallWatch()
+        self.kept = 0  # checks that missed twice but had heard from the peer meanwhile
+
+    def heard(self, peer: str) -> None:
+        """Something arrived from ``peer`` just now."""
+        self._heard[peer] = trio.current_time()
+
+    async def run(self, nursery: trio.Nursery) -> None:
+        nursery.start_soon(self.stalls.run)
+        while True:
+            await trio.sleep(PING_INTERVAL)
+            for peer in self._connected():
+                if peer not in self._checking:
+                    self._checking.add(peer)
+                    nursery.start_soon(self._check, peer, nursery)
+
+    async def _check(self, peer: str, nursery: trio.Nursery) -> None:
+        try:
+            began = trio.current_time()
+            for _ in range(2):
+                started = trio.current_time()
+                if await self._ping(peer, nursery):
+                    self.heard(peer)
+                    return
+                if self.stalls.stalled_since(started):  # our silence, not the peer's: ask again later
+                    log.info("ping missed while this process stalled; not counted", peer=peer)
+                    return
+            if self._heard.get(peer, float("-inf")) > began:
+                self.kept += 1
+                log.info("pings missed, but the peer is heard from; kept", peer=peer)
+                return
+            log.warning("peer unresponsive; disconnecting", peer=peer, misses=2)
+            self._drop(peer)
+        finally:
+            self._checking.discard(peer)
+
+    async def _ping(self, peer: str, nursery: trio.Nursery) -> bool:
+        """One ping on a fresh stream: whether the peer echoed our bytes within ``PING_TIMEOUT``."""
+        with trio.move_on_after(PING_TIMEOUT):
+            try:
+                stream = await self._open_ping(peer)
+            except StreamClosed as exc:
+                log.debug("ping failed", peer=peer, error=str(exc)[:160])
+                return False
+            try:
+                payload = secrets.token_bytes(PING_BYTES)
+                await stream.write(payload)
+                echo = b""
+                while len(echo) < PING_BYTES:
+                    chunk = await stream.read(PING_BYTES - len(echo))
+                    if not chunk:
+                        break
+                    echo += chunk
+                return echo == payload
+            except Exception as exc:
+                log.debug("ping failed", peer=peer, error=repr(exc)[:120])
+                return False
+            finally:
+                nursery.start_soon(reset, stream)  # not awaited: a reset may wait on the writer
+        return False

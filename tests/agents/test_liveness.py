@@ -1,0 +1,142 @@
+"""Liveness drops a peer only on evidence that its link delivers nothing; StallWatch tells this
+process's own stalls from a peer's silence (a mock clock stands in for a SIGSTOP: ``jump``
+moves time on while no task runs, as a paused process sees on waking)."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from agents.net.base import StreamClosed
+from agents.net.liveness import PING_INTERVAL, PING_TIMEOUT, Liveness
+from agents.net.stalls import SLACK, TICK, StallWatch
+
+
+def test_running_normally_is_no_stall() -> None:
+    async def main() -> None:
+        watch = StallWatch()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch.run)
+            start = trio.current_time()
+            await trio.sleep(30)
+            assert not watch.stalled_since(start) and watch.stalls == 0
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_a_stall_is_seen_on_waking_before_and_after_the_watch_runs() -> None:
+    clock = trio.testing.MockClock()
+
+    async def main() -> None:
+        watch = StallWatch()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch.run)
+            await trio.testing.wait_all_tasks_blocked()
+            start = trio.current_time()
+            clock.jump(7.0)  # seven seconds in which nothing ran
+            # a caller whose deadline passed during the stall may run before the watch does
+            assert watch.stalled_since(start)
+            clock.jump(TICK)
+            await trio.testing.wait_all_tasks_blocked()  # the watch wakes and records it
+            assert watch.stalls == 1 and watch.stalled_since(start)
+            # a later deadline, begun after the stall, is judged on its own
+            later = trio.current_time()
+            for _ in range(8):
+                clock.jump(TICK)
+                await trio.testing.wait_all_tasks_blocked()
+            assert not watch.stalled_since(later) and watch.stalls == 1
+            # a delay inside the slack is scheduling noise, not a stall
+            clock.jump(TICK + SLACK / 2)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not watch.stalled_since(later) and watch.stalls == 1
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=clock)
+
+
+class Silent:
+    """A peer whose pings open and are never answered (a blackholed link)."""
+
+    async def write(self, data: bytes) -> None:
+        pass
+
+    async def read(self, n: int) -> bytes:
+        await trio.sleep_forever()
+        return b""
+
+    async def reset(self) -> None:
+        pass
+
+
+def run_checks(seconds: float, *, heard_every: float | None = None, refuse: bool = False) -> list[str]:
+    """Check one silent peer for ``seconds``; hear from it every ``heard_every`` s if given;
+    ``refuse``: its opens fail at once. The peers dropped, in order."""
+    dropped: list[str] = []
+
+    async def open_ping(peer: str):
+        if refuse:
+            raise StreamClosed("refused")
+        return Silent()
+
+    async def main() -> None:
+        liveness = Liveness(open_ping, lambda: ["peer"], dropped.append)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(liveness.run, nursery)
+            if heard_every is not None:
+                async def talk() -> None:
+                    while True:
+                        liveness.heard("peer")
+                        await trio.sleep(heard_every)
+                nursery.start_soon(talk)
+            await trio.sleep(seconds)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    return dropped
+
+
+def test_a_silent_peer_is_dropped_after_two_missed_pings() -> None:
+    assert run_checks(PING_INTERVAL + 2 * PING_TIMEOUT - 0.5) == []  # one miss is not enough
+    assert run_checks(PING_INTERVAL + 2 * PING_TIMEOUT + 0.5) == ["peer"]
+    assert run_checks(PING_INTERVAL + 1, refuse=True) == ["peer"]  # opens refused at once: two misses
+
+
+def test_a_peer_heard_from_is_kept_though_its_pings_go_unanswered() -> None:
+    """Slow to answer pings (catching up after a stall) while its gossip and streams still arrive."""
+    assert run_checks(60, heard_every=1.0) == []
+    assert run_checks(60, heard_every=3 * PING_TIMEOUT) != []  # heard too seldom: no proof it is there
+
+
+def test_pings_missed_across_our_own_stall_are_not_counted() -> None:
+    clock = trio.testing.MockClock()
+    dropped: list[str] = []
+    opened: list[float] = []
+
+    async def open_ping(peer: str):
+        opened.append(trio.current_time())
+        return Silent()
+
+    async def advance(seconds: float) -> None:  # time passing with this process running
+        for _ in range(round(seconds / 0.1)):
+            clock.jump(0.1)
+            await trio.testing.wait_all_tasks_blocked()
+
+    async def main() -> None:
+        liveness = Liveness(open_ping, lambda: ["peer"], dropped.append)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(liveness.run, nursery)
+            while not opened:  # the first ping is out, unanswered
+                await advance(0.1)
+            await advance(PING_TIMEOUT - 1)  # its deadline nears ...
+            clock.jump(7.0)  # ... and passes while this process is stopped
+            await trio.testing.wait_all_tasks_blocked()
+            assert liveness.stalls.stalls == 1
+            # counted, that miss and the next would drop the peer one ping timeout after waking
+            await advance(PING_TIMEOUT + 0.5)
+            assert dropped == []
+            await advance(2 * PING_TIMEOUT + PING_INTERVAL)  # two misses of its own, and it goes
+            assert dropped == ["peer"]
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=clock)
