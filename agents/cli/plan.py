@@ -7,8 +7,11 @@ its own data directory, identity, ticket and port on 127.0.0.1, and every
 other member as a bootstrap address), submits the goal with the scorers as
 its roster, follows it
 with an observer process until the plan is complete, writes ``OUT/plan.json``
-and ``OUT/plan.md``, and stops the processes. Nothing in this launcher takes
-part in the plan: it only starts processes and reads the observer's files.
+and ``OUT/plan.md``, waits (a little) until every member's own store holds the
+decisions the observer wrote, so that ``swarm inspect`` on any member shows the
+finished plan, and stops the processes. Nothing in this launcher takes part in
+the plan: it only starts processes and reads files (the observer's, and the
+members' stores, which SQLite lets a reader open beside their writer).
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from pathlib import Path
 
 from agents.cli.errors import CommandError
 from agents.clusterdir import ClusterDir
+from agents.core.fold import fold
 from agents.llm.scripted import STRATEGIES
+from agents.store import EventStore, StoreError
 
 
 @dataclass
@@ -189,6 +194,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
              "--md", str(out / "plan.md"), *common],
             stderr=open(members_dir / "observer.log", "ab"),  # noqa: SIM115
         )
+        if observer.returncode == 0:
+            report_settled(procs, json.loads((out / "plan.json").read_text()))
     finally:
         stop(procs)
     elapsed = time.monotonic() - started
@@ -206,6 +213,44 @@ def cmd_plan(args: argparse.Namespace) -> int:
                            f"{members_dir}/*/agent.log)")
     print(f"plan complete in {elapsed:.1f} s; wrote {out / 'plan.json'} and {out / 'plan.md'}")
     return 0
+
+
+SETTLE_TIMEOUT = 15.0  # a few sync rounds: what gossip missed, sync brings
+
+
+def decisions(nodes: list[dict]) -> dict[str, tuple[str | None, str | None]]:
+    """Each node's accepted split and result event, from a plan's ``nodes`` (``plan.json``)."""
+    return {n["id"]: (n["split"], n["result_event"]) for n in nodes}
+
+
+def lagging(procs: list[Proc], decided: dict[str, tuple[str | None, str | None]]) -> list[str]:
+    """The members whose own store does not yet fold to the ``decided`` decisions."""
+    behind = []
+    for proc in procs:
+        try:
+            with EventStore.open(proc.data_dir) as store:
+                tree = fold(store.events())
+        except StoreError:
+            behind.append(proc.name)
+            continue
+        if {n.id: (n.split, n.result) for n in tree.walk()} != decided:
+            behind.append(proc.name)
+    return behind
+
+
+def report_settled(procs: list[Proc], plan: dict, timeout: float = SETTLE_TIMEOUT) -> None:
+    """Wait until every member holds the observer's decisions (gossip may have missed one
+    that sync has not yet brought), at most ``timeout``; say which members it left behind."""
+    decided = decisions(plan["nodes"])
+    started = time.monotonic()
+    while behind := lagging(procs, decided):
+        if time.monotonic() - started > timeout:
+            print(f"{len(behind)} members did not yet hold the whole plan when stopped ({', '.join(behind)}); "
+                  "they fetch the rest from their peers when next started", flush=True)
+            return
+        time.sleep(0.5)
+    print(f"every member holds the finished plan ({time.monotonic() - started:.1f} s after the observer)",
+          flush=True)
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
