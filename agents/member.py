@@ -18,6 +18,7 @@ lost, other members' periodic pulls fetch them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -48,6 +49,7 @@ from agents.syncproto import SyncProtocolError, SyncRefused, pull, serve_pull
 log = structlog.get_logger("swarm.member")
 
 SYNC_INTERVAL = 3.0
+SYNC_FANOUT = 3  # peers pulled from per SYNC_INTERVAL, whatever the size of the cluster
 PULL_DEADLINE = 10.0  # a whole pull from one peer; past it the stream is dropped
 WEDGED_AFTER = PULL_DEADLINE + 2 * SYNC_INTERVAL  # a pull still running this long ignored its cancellation
 MAX_SERVING = 16  # sync streams served at once: each may hold one frame in reassembly
@@ -166,6 +168,7 @@ class Member:
         self.sync_now = trio.Event()
         self._pulling: dict[str, float] = {}  # peer -> when its pull started (trio time)
         self._wedged: set[str] = set()  # peers whose pull outlived every deadline
+        self._pull_cursor = 0  # where the next round starts in this member's rotation of peers
         self._model_busy = False
         self._done: set[Intent] = set()
         self._last_renew: dict[str, int] = {}
@@ -420,34 +423,63 @@ class Member:
         return sum(counts)
 
     async def _connection_loop(self, nursery: trio.Nursery) -> None:
+        """A newly connected peer (a start, a heal) is pulled from at once, unless
+        ``SYNC_FANOUT`` pulls already run: a member joining fifty peers asks three, not fifty,
+        for the same events; the rotation reaches the others."""
         async for peer in self.network.connections:
-            self._start_pull(nursery, peer)
+            if len(self._pulling) < SYNC_FANOUT:
+                self._start_pull(nursery, peer)
 
     async def _sync_loop(self, nursery: trio.Nursery) -> None:
-        """Every ``SYNC_INTERVAL`` (sooner when asked), pull from each connected peer that has
-        no pull running. Pulls are never awaited together: one that cannot be cancelled (a
-        transport that shields its cleanup from us) holds up its own peer and no other."""
+        """Every ``SYNC_INTERVAL`` (sooner when asked), pull from the next ``SYNC_FANOUT``
+        connected peers in this member's rotation (``_next_pulls``), so the pulls a cluster
+        makes grow with its members, not with their square. Pulls are never awaited together:
+        one that cannot be cancelled (a transport that shields its cleanup from us) holds up
+        its own peer and no other."""
         while True:
             with trio.move_on_after(SYNC_INTERVAL):
                 await self.sync_now.wait()
             self.sync_now = trio.Event()
             self.stats.sync_rounds += 1
-            for peer in self.network.connected_peers():
+            self._drop_wedged_pulls()
+            for peer in self._next_pulls(self.network.connected_peers()):
                 self._start_pull(nursery, peer)
 
+    def _next_pulls(self, connected: list[str]) -> list[str]:
+        """The next ``SYNC_FANOUT`` peers with no pull running, in a rotation over the connected
+        peers that every member orders its own way (by a hash of its id and theirs), so that
+        no peer is everyone's first choice. Every connected peer is reached within
+        ceil(peers / SYNC_FANOUT) rounds; no random source, no arrival order."""
+        me = self.network.peer_id.encode()
+        ring = sorted(connected, key=lambda peer: hashlib.sha256(me + peer.encode()).digest())
+        chosen: list[str] = []
+        for step in range(len(ring)):
+            peer = ring[(self._pull_cursor + step) % len(ring)]
+            if peer not in self._pulling:
+                chosen.append(peer)
+                if len(chosen) == SYNC_FANOUT:
+                    self._pull_cursor += step + 1
+                    return chosen
+        self._pull_cursor += len(ring)
+        return chosen
+
     def _start_pull(self, nursery: trio.Nursery, peer: str) -> None:
-        """Start a pull from ``peer`` unless one is running; one running past ``WEDGED_AFTER``
-        ignored its deadline, so the peer's connection is dropped (once) to break it."""
-        started = self._pulling.get(peer)
-        if started is None:
+        """Start a pull from ``peer`` unless one is running."""
+        if peer not in self._pulling:
             self._pulling[peer] = trio.current_time()
             nursery.start_soon(self._pull_once, peer)
-        elif trio.current_time() - started > WEDGED_AFTER and peer not in self._wedged:
-            self._wedged.add(peer)
-            self.stats.sync_timeouts += 1
-            self._log.warning("sync pull wedged: it outlived its deadline; dropping the connection",
-                              peer=peer[-8:], running_s=round(trio.current_time() - started, 1))
-            self.network.drop(peer)
+
+    def _drop_wedged_pulls(self) -> None:
+        """A pull running past ``WEDGED_AFTER`` ignored its deadline: drop its peer's
+        connection (once) to break it."""
+        now = trio.current_time()
+        for peer, started in list(self._pulling.items()):
+            if now - started > WEDGED_AFTER and peer not in self._wedged:
+                self._wedged.add(peer)
+                self.stats.sync_timeouts += 1
+                self._log.warning("sync pull wedged: it outlived its deadline; dropping the connection",
+                                  peer=peer[-8:], running_s=round(now - started, 1))
+                self.network.drop(peer)
 
     async def _pull_once(self, peer: str) -> None:
         try:
