@@ -2,10 +2,15 @@
 
 A blackholed link (a partition, a dead machine behind a live switch) closes nothing:
 TCP waits, streams hang, and the peer stays "connected" for minutes. So every
-``PING_INTERVAL`` each connected peer is checked, on its own task (one stuck check
-delays no other peer's): a ping on a fresh stream of our own, echoed within
-``PING_TIMEOUT``. Not py-libp2p's ``PingService``, which opens streams under one lock
-for all peers and reuses a stream whose ping was cancelled, pong unread.
+``PING_INTERVAL`` up to ``PING_FANOUT`` connected peers are checked, those checked
+longest ago first, skipping any heard from within the interval (its link evidently
+delivers), each on its own task (one stuck check delays no other peer's): a ping on
+a fresh stream of our own, echoed within ``PING_TIMEOUT``. Not py-libp2p's
+``PingService``, which opens streams under one lock for all peers and reuses a stream
+whose ping was cancelled, pong unread. The fan-out keeps a member's pings per second
+the same at 5 peers and at 50 (pinging every peer every interval, thirty processes
+on two cores spent their time on ping streams and dropped each other); a silent peer
+among ``n`` is checked at least every ceil(n / ``PING_FANOUT``) intervals.
 
 A peer is dropped only on evidence that its link delivers nothing:
 
@@ -35,6 +40,7 @@ log = structlog.get_logger("swarm.net")
 PING_INTERVAL = 2.0
 PING_TIMEOUT = 4.0
 PING_BYTES = 32  # the ping protocol's payload: the peer echoes it
+PING_FANOUT = 4  # peers checked per PING_INTERVAL, whatever the cluster's size
 
 
 class Liveness:
@@ -47,6 +53,7 @@ class Liveness:
         self._drop = drop
         self._checking: set[str] = set()  # peers with a check running
         self._heard: dict[str, float] = {}  # peer -> trio time we last heard from it
+        self._checked: dict[str, float] = {}  # peer -> trio time its latest check began
         self.stalls = StallWatch()
         self.kept = 0  # checks that missed twice but had heard from the peer meanwhile
 
@@ -58,10 +65,19 @@ class Liveness:
         nursery.start_soon(self.stalls.run)
         while True:
             await trio.sleep(PING_INTERVAL)
-            for peer in self._connected():
-                if peer not in self._checking:
-                    self._checking.add(peer)
-                    nursery.start_soon(self._check, peer, nursery)
+            now = trio.current_time()
+            never = float("-inf")
+            connected = set(self._connected())
+            for seen in (self._heard, self._checked):  # bounded by the peers connected now
+                for gone in seen.keys() - connected:
+                    del seen[gone]
+            due = sorted((peer for peer in connected if peer not in self._checking
+                          and now - self._heard.get(peer, never) > PING_INTERVAL),
+                         key=lambda peer: (self._checked.get(peer, never), peer))
+            for peer in due[:PING_FANOUT]:
+                self._checking.add(peer)
+                self._checked[peer] = now
+                nursery.start_soon(self._check, peer, nursery)
 
     async def _check(self, peer: str, nursery: trio.Nursery) -> None:
         try:

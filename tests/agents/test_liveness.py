@@ -8,7 +8,7 @@ import trio
 import trio.testing
 
 from agents.net.base import StreamClosed
-from agents.net.liveness import PING_INTERVAL, PING_TIMEOUT, Liveness
+from agents.net.liveness import PING_FANOUT, PING_INTERVAL, PING_TIMEOUT, Liveness
 from agents.net.stalls import SLACK, TICK, StallWatch
 
 
@@ -140,3 +140,51 @@ def test_pings_missed_across_our_own_stall_are_not_counted() -> None:
             nursery.cancel_scope.cancel()
 
     trio.run(main, clock=clock)
+
+
+def test_a_member_checks_a_few_peers_an_interval_and_none_it_hears_from() -> None:
+    """Twenty peers that answer every ping, one of them also heard from all the time: at most
+    ``PING_FANOUT`` pings an interval (not twenty), every quiet peer pinged within one turn,
+    and the talkative one never."""
+    peers = [f"peer-{i:02}" for i in range(20)]
+    pinged: list[tuple[float, str]] = []
+
+    class Echo:
+        def __init__(self) -> None:
+            self.data = b""
+
+        async def write(self, data: bytes) -> None:
+            self.data += data
+
+        async def read(self, n: int) -> bytes:
+            out, self.data = self.data[:n], self.data[n:]
+            return out
+
+        async def reset(self) -> None:
+            pass
+
+    async def open_ping(peer: str):
+        pinged.append((trio.current_time(), peer))
+        return Echo()
+
+    async def main() -> None:
+        liveness = Liveness(open_ping, lambda: peers, lambda peer: None)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(liveness.run, nursery)
+
+            async def talk() -> None:
+                while True:
+                    liveness.heard("peer-07")
+                    await trio.sleep(PING_INTERVAL / 2)
+            nursery.start_soon(talk)
+            await trio.sleep(20 * PING_INTERVAL + 0.5)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    per_interval: dict[int, int] = {}
+    for at, _ in pinged:
+        per_interval[int(at // PING_INTERVAL)] = per_interval.get(int(at // PING_INTERVAL), 0) + 1
+    assert max(per_interval.values()) <= PING_FANOUT, per_interval
+    turn = -(-(len(peers) - 1) // PING_FANOUT)
+    assert {peer for at, peer in pinged if at <= (turn + 1) * PING_INTERVAL} == set(peers) - {"peer-07"}
+    assert "peer-07" not in {peer for _, peer in pinged}
