@@ -46,6 +46,7 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from agents.core.identity import Identity
 from agents.logs import adopt_libp2p
+from agents.net import peer_records
 from agents.net.base import StreamClosed, StreamHandler
 from agents.net.liveness import Liveness
 from agents.net.streams import CLOSE_TIMEOUT, Libp2pStream, Opening, reset, sever
@@ -53,6 +54,7 @@ from agents.syncproto import PROTOCOL as SYNC_PROTOCOL_ID
 
 log = structlog.get_logger("swarm.net")
 adopt_libp2p()  # importing libp2p detached its logger from ours
+peer_records.install()  # each peer's signed record checked once, not per gossip RPC
 
 GOSSIP_PROTOCOLS = [TProtocol("/meshsub/1.2.0"), TProtocol("/meshsub/1.1.0"), TProtocol("/meshsub/1.0.0")]
 SYNC_PROTOCOL = TProtocol(SYNC_PROTOCOL_ID)
