@@ -2,10 +2,14 @@
 
 A member's plan events say what it decided; they do not say that it is alive, or that it
 has been thinking about a split for 45 s. That goes on a second gossip topic,
-``swarm/<cluster>/status/1`` (PROTOCOL.md, section 12): every ``STATUS_EVERY_S`` each
-admitted member gossips one small signed message about itself. Nobody stores or folds
-them, so they can never change a plan or its digest; a reader keeps the newest per peer
-and calls a member unreachable when it has heard nothing for ``STALE_AFTER_S``.
+``swarm/<cluster>/status/1`` (PROTOCOL.md, section 12): each admitted member gossips one
+small signed message about itself when what it does changes, and as a heartbeat every
+``heartbeat_every(members)`` seconds: ``STATUS_EVERY_S`` in a small cluster, longer in a
+big one, so that the whole cluster sends at most ``CLUSTER_HEARTBEATS`` a second (each
+status reaches every member: at 2 s each, 21 idle members spent both cores of this
+machine on statuses alone). Nobody stores or folds them, so they can never change a
+plan or its digest; a reader keeps the newest per peer and calls a member unreachable
+when it has heard nothing for ``stale_after(members)``: five heartbeats.
 
 A status is believed only when it is signed by the peer it describes and carries that
 peer's admission ticket for this cluster and role: a sybil key cannot appear on the page.
@@ -33,11 +37,22 @@ if TYPE_CHECKING:
 
 STATUS_VERSION = 1
 MAX_STATUS_BYTES = 4096
-STATUS_EVERY_S = 2.0
+STATUS_EVERY_S = 2.0  # a member's heartbeat in a cluster of up to 2 * CLUSTER_HEARTBEATS members
+CLUSTER_HEARTBEATS = 4.0  # heartbeat statuses a second from the whole cluster, at most
 STATUS_MIN_GAP_S = 0.5
 MIN_GAP_MS = int(STATUS_MIN_GAP_S * 1000 * 0.8)  # a peer's statuses closer than this are refused (rate)
 FRESH_MS = 60_000  # a status stamped further than this from the reader's clock is refused (stale)
-STALE_AFTER_S = 5 * STATUS_EVERY_S  # py-libp2p gossip at 11 members: a status can take 4-5 s
+
+
+def heartbeat_every(members: int) -> float:
+    """Seconds between one member's heartbeat statuses in a cluster of ``members``."""
+    return max(STATUS_EVERY_S, members / CLUSTER_HEARTBEATS)
+
+
+def stale_after(members: int) -> float:
+    """Seconds of silence after which a reader calls a member unreachable: five heartbeats
+    (py-libp2p gossip at 11 members: a status can take 4-5 s to arrive)."""
+    return 5 * heartbeat_every(members)
 _FIELDS = {"v": int, "cluster": str, "peer": str, "role": str, "ticket": str, "at": int, "doing": str,
            "about": str, "since": int, "model_calls": int, "tokens": int, "events": int, "refused": int,
            "held": int}
@@ -165,9 +180,10 @@ class StatusBoard:
         long it has been silent when it is not alive. By role, then peer."""
         now = self.clock()
         rows = []
+        bound = stale_after(len(self.latest) + len(expected or {}))  # more counted is more lenient
         for status, heard in self.latest.values():
             ago = now - heard
-            alive = ago <= STALE_AFTER_S
+            alive = ago <= bound
             busy = status.doing not in ("idle", "watch", "mute")
             row = {k: v for k, v in status.to_json().items() if k not in ("at", "since")}
             rows.append({**row, "alive": alive,
@@ -183,14 +199,16 @@ class StatusBoard:
 
 async def publish_statuses(member: Member, network) -> None:
     """Gossip this member's status when what it is doing changes (at most every
-    ``STATUS_MIN_GAP_S``) and at least every ``STATUS_EVERY_S``. The topic validator runs
+    ``STATUS_MIN_GAP_S``) and at least every ``heartbeat_every`` for the members it is
+    connected to and itself. The topic validator runs
     on our own messages too, so a board on this process notes ours as it goes out."""
     sent: tuple[str, str] | None = None
-    last = -STATUS_EVERY_S
+    last = float("-inf")
     while True:
         record = status_of(member, member.now_ms())
         now = trio.current_time()
-        if (record["doing"], record["about"]) != sent or now - last >= STATUS_EVERY_S:
+        every = heartbeat_every(len(network.connected_peers()) + 1)
+        if (record["doing"], record["about"]) != sent or now - last >= every:
             sent, last = (record["doing"], record["about"]), now
             with contextlib.suppress(Exception):  # best-effort like all gossip; the next one comes soon
                 await network.publish_status(sign_status(member.credentials, record))

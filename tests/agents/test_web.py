@@ -20,7 +20,15 @@ from agents.cli.plan import end_processes, free_port, swarm_command
 from agents.clusterdir import credentials
 from agents.core.identity import Identity
 from agents.keyfile import load_or_create
-from agents.status import STALE_AFTER_S, StatusBoard, read_status, sign_status
+from agents.status import (
+    CLUSTER_HEARTBEATS,
+    STATUS_EVERY_S,
+    StatusBoard,
+    heartbeat_every,
+    read_status,
+    sign_status,
+    stale_after,
+)
 from agents.web.server import read_faults
 from tests.browser import Browser, Page
 from tests.cluster import LocalCluster
@@ -78,10 +86,31 @@ def test_a_status_is_believed_only_from_an_admitted_peer_about_itself(tmp_path) 
     rows = {r["peer"]: r for r in board.members({never: "executor"})}
     assert rows[creds.identity.peer_id]["alive"] and rows[creds.identity.peer_id]["doing"] == "score"
     assert not rows[never]["alive"] and rows[never]["doing"] == "never heard", "a member never heard is listed"
-    clock[0] = STALE_AFTER_S + 0.1
+    clock[0] = stale_after(1) + 0.1
     assert not board.members()[0]["alive"], "a member silent for longer than the bound is unreachable"
     assert board.screen(sign_status(creds, _status_record(creds, wall[0] + 2000)))
     assert board.members()[0]["alive"] and board.members()[0]["doing"] == "idle"
+
+
+def test_heartbeats_slow_down_as_the_cluster_grows_and_so_does_the_silence_allowed(tmp_path) -> None:
+    """Every status reaches every member: the cluster's heartbeats a second are bounded, not
+    its members; a reader allows a big cluster's slower heartbeats before calling one silent."""
+    for members in range(1, 200):  # a small cluster as before; a big one at a bounded rate
+        every = heartbeat_every(members)
+        assert every == STATUS_EVERY_S or members / every <= CLUSTER_HEARTBEATS
+        assert every >= STATUS_EVERY_S
+    assert heartbeat_every(50) == 50 / CLUSTER_HEARTBEATS
+    cluster = LocalCluster(tmp_path, "status")
+    data_dir = cluster.admit("scorer-0", "scorer")
+    creds = credentials(data_dir, load_or_create(data_dir), None, None)
+    clock, wall = [0.0], [1_000_000]
+    board = StatusBoard(creds.gate, clock=lambda: clock[0], wall=lambda: wall[0])
+    assert board.screen(sign_status(creds, _status_record(creds, wall[0])))
+    others = {Identity.generate().peer_id: "executor" for _ in range(49)}
+    clock[0] = stale_after(1) + 1  # silent past a small cluster's bound ...
+    assert not board.members()[0]["alive"]
+    row = next(r for r in board.members(others) if r["peer"] == creds.identity.peer_id)
+    assert row["alive"], "... but not past a fifty-member cluster's"
 
 
 def _get(url: str) -> bytes:
