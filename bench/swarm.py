@@ -6,6 +6,10 @@
 * catch-up: a member holding N events serves a fresh ``swarm observe`` (a late
   joiner); the figure is the wall time of that command, beside the same command
   against an empty member (process start, imports, dial: the baseline).
+* idle cost: N members of every role (scripted model, no goal) left to settle, then
+  the CPU each spends in a quiet window, its memory (PSS: the shared pages split
+  among the processes that map them) and the peers dropped meanwhile; the 3-member
+  cluster measured in the same run is the baseline.
 * price of democracy: ``swarm plan --llm scripted`` with a fixed mean latency per
   model call, against the same model calls made one after another in one
   process (the accepted tree's splits, quorum votes and leaves, times the latency).
@@ -14,6 +18,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import tempfile
@@ -23,7 +28,7 @@ from pathlib import Path
 
 import trio
 
-from agents.cli.plan import Proc, free_port, start_agent, stop, swarm_command
+from agents.cli.plan import Proc, free_port, provision, start_agent, stop, swarm_command
 from agents.clusterdir import ClusterDir, credentials
 from agents.core.events import GoalBody
 from agents.keyfile import load_or_create
@@ -164,6 +169,40 @@ def democracy(latency: float = 0.5) -> tuple[float, float, int, int]:
     return wall, needed * latency, needed, made
 
 
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def _pss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def idle_cost(members: int, settle: float = 25.0, window: float = 20.0) -> tuple[float, float, int]:
+    """Median CPU % of one core and PSS (MB) per idle member, and peers dropped in the window."""
+    roles = [(("decomposer", "scorer", "executor")[i % 3], i) for i in range(members)]
+    with tempfile.TemporaryDirectory() as tmp:
+        _, procs = provision(Path(tmp) / "members", "idle", roles)
+        try:
+            for (role, _), proc in zip(roles, procs, strict=True):
+                start_agent(proc, role, procs, cluster="idle", llm="scripted")
+            time.sleep(settle)
+            logs = [proc.data_dir / "agent.log" for proc in procs]
+            drops_before = sum(log.read_text().count("peer unresponsive") for log in logs)
+            before = [_cpu_seconds(proc.process.pid) for proc in procs]  # type: ignore[union-attr]
+            time.sleep(window)
+            after = [_cpu_seconds(proc.process.pid) for proc in procs]  # type: ignore[union-attr]
+            pss = [_pss_mb(proc.process.pid) for proc in procs]  # type: ignore[union-attr]
+            drops = sum(log.read_text().count("peer unresponsive") for log in logs) - drops_before
+        finally:
+            stop(procs)
+    cpu = statistics.median(100 * (b - a) / window for a, b in zip(before, after, strict=True))
+    return cpu, statistics.median(pss), drops
+
+
 def main() -> None:
     from agents import logs
 
@@ -175,6 +214,15 @@ def main() -> None:
     for members in (4, 8, 16):
         p50, p99, missing, synced = propagation(members)
         print(f"| {members} | {p50:.0f} | {p99:.0f} | {synced} of {members * 40} | {missing} |", flush=True)
+
+    print("\n### idle cost per member (no goal; scripted model; every member bootstraps to all)")
+    print("| members | CPU per member (% of a core) | vs 3 members | PSS per member (MB) | peers dropped in 20 s |")
+    print("|---:|---:|---:|---:|---:|")
+    base_cpu = None
+    for members in (3, 9, 15, 21):
+        cpu, pss, drops = idle_cost(members)
+        base_cpu = base_cpu or cpu
+        print(f"| {members} | {cpu:.1f} | {cpu / base_cpu:.1f}x | {pss:.0f} | {drops} |", flush=True)
 
     print("\n### late joiner catch-up by sync alone (`swarm observe`, one-shot)")
     base = catch_up(1)

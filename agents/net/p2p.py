@@ -172,7 +172,12 @@ class Libp2pNetwork:
             with trio.move_on_after(DIAL_TIMEOUT):
                 await oldest.done.wait()
             if not oldest.done.is_set():
-                if trio.current_time() - oldest.since > 2 * DIAL_TIMEOUT:
+                # an open this old is wedged, unless the time passed while we ourselves were
+                # stalled: then every open in flight looks old, and the peer is not to blame
+                if trio.current_time() - oldest.since > 2 * DIAL_TIMEOUT \
+                        and not self.liveness.stalls.stalled_since(oldest.since):
+                    log.warning("stream open wedged; dropping the connection", peer=peer,
+                                protocol=protocol, age_s=round(trio.current_time() - oldest.since, 1))
                     self.drop(peer)
                 raise StreamClosed(f"cannot open a stream to {peer[-8:]}: an earlier open has not returned")
         if self._nursery is None:
