@@ -14,7 +14,9 @@ among ``n`` is checked at least every ceil(n / ``PING_FANOUT``) intervals.
 
 A peer is dropped only on evidence that its link delivers nothing:
 
-* two pings in a row missed, because one can be lost to a moment's congestion;
+* two pings in a row missed, each unanswered until its deadline (a ping that fails at
+  once found the connection gone or broken, which is closed without a verdict on the
+  peer), because one can be lost to a moment's congestion;
 * neither spanning a stall of this process (``StallWatch``): every member of a starved
   machine stalls together and wakes with every deadline past, pongs unread;
 * and nothing else heard from the peer since the first ping began (``heard``: a stream
@@ -89,6 +91,12 @@ class Liveness:
                     return
                 if self.stalls.stalled_since(started):  # our silence, not the peer's: ask again later
                     log.info("ping missed while this process stalled; not counted", peer=peer)
+                    return
+                if trio.current_time() - started < PING_TIMEOUT:
+                    # failed before its deadline: no connection, or a broken one (reset, closed):
+                    # not the silence of a blackholed link; close what is left, it is redialled
+                    log.info("ping failed at once: the connection is gone; closing it", peer=peer)
+                    self._drop(peer)
                     return
             if self._heard.get(peer, float("-inf")) > began:
                 self.kept += 1

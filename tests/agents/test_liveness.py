@@ -99,7 +99,7 @@ def run_checks(seconds: float, *, heard_every: float | None = None, refuse: bool
 def test_a_silent_peer_is_dropped_after_two_missed_pings() -> None:
     assert run_checks(PING_INTERVAL + 2 * PING_TIMEOUT - 0.5) == []  # one miss is not enough
     assert run_checks(PING_INTERVAL + 2 * PING_TIMEOUT + 0.5) == ["peer"]
-    assert run_checks(PING_INTERVAL + 1, refuse=True) == ["peer"]  # opens refused at once: two misses
+    assert run_checks(PING_INTERVAL + 1, refuse=True) == ["peer"]  # opens refused at once: closed at once
 
 
 def test_a_peer_heard_from_is_kept_though_its_pings_go_unanswered() -> None:
