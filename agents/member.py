@@ -18,6 +18,7 @@ lost, other members' periodic pulls fetch them.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import time
@@ -168,7 +169,7 @@ class Member:
         self.sync_now = trio.Event()
         self._pulling: dict[str, float] = {}  # peer -> when its pull started (trio time)
         self._wedged: set[str] = set()  # peers whose pull outlived every deadline
-        self._pull_cursor = 0  # where the next round starts in this member's rotation of peers
+        self._pull_after = b""  # the rotation's key of the last peer pulled from
         self._model_busy = False
         self._done: set[Intent] = set()
         self._last_renew: dict[str, int] = {}
@@ -448,19 +449,20 @@ class Member:
     def _next_pulls(self, connected: list[str]) -> list[str]:
         """The next ``SYNC_FANOUT`` peers with no pull running, in a rotation over the connected
         peers that every member orders its own way (by a hash of its id and theirs), so that
-        no peer is everyone's first choice. Every connected peer is reached within
-        ceil(peers / SYNC_FANOUT) rounds; no random source, no arrival order."""
+        no peer is everyone's first choice. The rotation goes on from the last peer chosen,
+        by its key, not by a position: peers joining or leaving make it skip nobody. Every
+        connected peer is reached within ceil(peers / SYNC_FANOUT) rounds; no random source,
+        no arrival order."""
         me = self.network.peer_id.encode()
-        ring = sorted(connected, key=lambda peer: hashlib.sha256(me + peer.encode()).digest())
+        ring = sorted((hashlib.sha256(me + peer.encode()).digest(), peer) for peer in connected)
+        start = bisect.bisect_right([key for key, _ in ring], self._pull_after)
         chosen: list[str] = []
-        for step in range(len(ring)):
-            peer = ring[(self._pull_cursor + step) % len(ring)]
+        for key, peer in ring[start:] + ring[:start]:
             if peer not in self._pulling:
                 chosen.append(peer)
+                self._pull_after = key
                 if len(chosen) == SYNC_FANOUT:
-                    self._pull_cursor += step + 1
-                    return chosen
-        self._pull_cursor += len(ring)
+                    break
         return chosen
 
     def _start_pull(self, nursery: trio.Nursery, peer: str) -> None:

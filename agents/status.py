@@ -180,7 +180,7 @@ class StatusBoard:
         long it has been silent when it is not alive. By role, then peer."""
         now = self.clock()
         rows = []
-        bound = stale_after(len(self.latest) + len(expected or {}))  # more counted is more lenient
+        bound = stale_after(len(set(self.latest) | set(expected or {})))
         for status, heard in self.latest.values():
             ago = now - heard
             alive = ago <= bound

@@ -181,6 +181,14 @@ def _pss_mb(pid: int) -> float:
     return float("nan")
 
 
+DROPS = ("peer unresponsive", "the connection is broken", "stream open wedged", "sync pull wedged")
+
+
+def _drops(log: Path) -> int:
+    text = log.read_text()
+    return sum(text.count(kind) for kind in DROPS)
+
+
 def idle_cost(members: int, settle: float = 25.0, window: float = 20.0) -> tuple[float, float, int]:
     """Median CPU % of one core and PSS (MB) per idle member, and peers dropped in the window."""
     roles = [(("decomposer", "scorer", "executor")[i % 3], i) for i in range(members)]
@@ -191,12 +199,12 @@ def idle_cost(members: int, settle: float = 25.0, window: float = 20.0) -> tuple
                 start_agent(proc, role, procs, cluster="idle", llm="scripted")
             time.sleep(settle)
             logs = [proc.data_dir / "agent.log" for proc in procs]
-            drops_before = sum(log.read_text().count("peer unresponsive") for log in logs)
+            drops_before = sum(_drops(log) for log in logs)
             before = [_cpu_seconds(proc.process.pid) for proc in procs]  # type: ignore[union-attr]
             time.sleep(window)
             after = [_cpu_seconds(proc.process.pid) for proc in procs]  # type: ignore[union-attr]
             pss = [_pss_mb(proc.process.pid) for proc in procs]  # type: ignore[union-attr]
-            drops = sum(log.read_text().count("peer unresponsive") for log in logs) - drops_before
+            drops = sum(_drops(log) for log in logs) - drops_before
         finally:
             stop(procs)
     cpu = statistics.median(100 * (b - a) / window for a, b in zip(before, after, strict=True))
@@ -221,7 +229,7 @@ def main() -> None:
     base_cpu = None
     for members in (3, 9, 15, 21):
         cpu, pss, drops = idle_cost(members)
-        base_cpu = base_cpu or cpu
+        base_cpu = base_cpu or max(cpu, 0.1)
         print(f"| {members} | {cpu:.1f} | {cpu / base_cpu:.1f}x | {pss:.0f} | {drops} |", flush=True)
 
     print("\n### late joiner catch-up by sync alone (`swarm observe`, one-shot)")

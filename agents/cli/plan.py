@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -230,7 +231,7 @@ def lagging(procs: list[Proc], decided: dict[str, tuple[str | None, str | None]]
         try:
             with EventStore.open(proc.data_dir) as store:
                 tree = fold(store.events())
-        except StoreError:
+        except (StoreError, sqlite3.Error):  # busy, or damaged: it counts as behind
             behind.append(proc.name)
             continue
         if {n.id: (n.split, n.result) for n in tree.walk()} != decided:

@@ -14,9 +14,9 @@ among ``n`` is checked at least every ceil(n / ``PING_FANOUT``) intervals.
 
 A peer is dropped only on evidence that its link delivers nothing:
 
-* two pings in a row missed, each unanswered until its deadline (a ping that fails at
-  once found the connection gone or broken, which is closed without a verdict on the
-  peer), because one can be lost to a moment's congestion;
+* two pings in a row missed, because one can be lost to a moment's congestion (two
+  that both fail at once found the connection gone or broken: it is closed and
+  redialled, but that is no verdict on the peer, and is logged as such);
 * neither spanning a stall of this process (``StallWatch``): every member of a starved
   machine stalls together and wakes with every deadline past, pongs unread;
 * and nothing else heard from the peer since the first ping began (``heard``: a stream
@@ -84,6 +84,7 @@ class Liveness:
     async def _check(self, peer: str, nursery: trio.Nursery) -> None:
         try:
             began = trio.current_time()
+            failed_at_once = 0
             for _ in range(2):
                 started = trio.current_time()
                 if await self._ping(peer, nursery):
@@ -93,16 +94,16 @@ class Liveness:
                     log.info("ping missed while this process stalled; not counted", peer=peer)
                     return
                 if trio.current_time() - started < PING_TIMEOUT:
-                    # failed before its deadline: no connection, or a broken one (reset, closed):
-                    # not the silence of a blackholed link; close what is left, it is redialled
-                    log.info("ping failed at once: the connection is gone; closing it", peer=peer)
-                    self._drop(peer)
-                    return
+                    failed_at_once += 1  # no connection, or a broken one (reset, closed)
             if self._heard.get(peer, float("-inf")) > began:
                 self.kept += 1
                 log.info("pings missed, but the peer is heard from; kept", peer=peer)
                 return
-            log.warning("peer unresponsive; disconnecting", peer=peer, misses=2)
+            if failed_at_once == 2:
+                # not the silence of a blackholed link: close what is left, it is redialled
+                log.info("pings failed at once: the connection is broken; closing it", peer=peer)
+            else:
+                log.warning("peer unresponsive; disconnecting", peer=peer, misses=2)
             self._drop(peer)
         finally:
             self._checking.discard(peer)

@@ -172,10 +172,11 @@ class Libp2pNetwork:
             with trio.move_on_after(DIAL_TIMEOUT):
                 await oldest.done.wait()
             if not oldest.done.is_set():
-                # an open this old is wedged, unless the time passed while we ourselves were
-                # stalled: then every open in flight looks old, and the peer is not to blame
-                if trio.current_time() - oldest.since > 2 * DIAL_TIMEOUT \
-                        and not self.liveness.stalls.stalled_since(oldest.since):
+                # an open this old is wedged, unless we ourselves stalled within that time:
+                # at a wake every open in flight looks old, and the peer is not to blame
+                now = trio.current_time()
+                if now - oldest.since > 2 * DIAL_TIMEOUT \
+                        and not self.liveness.stalls.stalled_since(now - 2 * DIAL_TIMEOUT):
                     log.warning("stream open wedged; dropping the connection", peer=peer,
                                 protocol=protocol, age_s=round(trio.current_time() - oldest.since, 1))
                     self.drop(peer)

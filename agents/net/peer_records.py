@@ -55,5 +55,9 @@ def consume_once(msg: Any, host: Any, peer_id: Any = None) -> bool:
 
 def install() -> None:
     """Route pubsub's and gossipsub's calls through ``consume_once`` (idempotent)."""
+    for module in (pubsub_module, gossipsub_module):
+        if not hasattr(module, "maybe_consume_signed_record"):
+            raise RuntimeError(f"{module.__name__} no longer calls maybe_consume_signed_record: "
+                               "py-libp2p changed; revisit agents/net/peer_records.py")
     pubsub_module.maybe_consume_signed_record = consume_once  # type: ignore[attr-defined]
     gossipsub_module.maybe_consume_signed_record = consume_once  # type: ignore[attr-defined]
