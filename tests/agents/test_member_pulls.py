@@ -157,3 +157,25 @@ def test_a_member_pulls_from_a_few_peers_a_round_and_reaches_every_peer(tmp_path
     # and within one turn of the rotation every peer is pulled from
     first_turn = {peer for at, peer in opens if start <= at < start + turn * SYNC_INTERVAL}
     assert first_turn == set(peers)
+
+
+def test_the_rotation_skips_no_peer_while_others_come_and_go() -> None:
+    """A peer leaves and another joins every round: each peer connected throughout is still
+    pulled from at least once in every ceil(peers / SYNC_FANOUT) + 1 rounds."""
+    from types import SimpleNamespace
+
+    member = SimpleNamespace(network=SimpleNamespace(peer_id=identity("watcher").peer_id), _pulling={},
+                             _pull_after=b"")
+    stable = [identity(f"stable-{i}").peer_id for i in range(12)]
+    churn = [identity(f"churn-{i}").peer_id for i in range(60)]
+    last: dict[str, int] = {}
+    gaps: list[int] = []
+    for round_ in range(50):
+        connected = stable + churn[round_:round_ + 8]  # one leaves, one joins, every round
+        for peer in Member._next_pulls(member, connected):  # type: ignore[arg-type]
+            if peer in stable:
+                if peer in last:
+                    gaps.append(round_ - last[peer])
+                last[peer] = round_
+    assert set(last) == set(stable)
+    assert max(gaps) <= -(-20 // SYNC_FANOUT) + 1, gaps
