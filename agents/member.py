@@ -32,15 +32,16 @@ import trio
 from agents.core.admission import Credentials
 from agents.core.author import Author
 from agents.core.clock import HybridClock
-from agents.core.events import AnyBody, Event, EventRefused, ResultBody, decode_event
+from agents.core.events import AnyBody, Event, EventRefused, ResultBody
 from agents.core.fold import fold
 from agents.core.intake import Admitted, Held, Intake, Refused
 from agents.core.sync import EventIndex
 from agents.core.transitions import Transition, changes
 from agents.core.tree import PlanTree
+from agents.decoding import decode_frame
 from agents.llm.base import Backend
 from agents.metrics import MemberMetrics, Snapshot
-from agents.net.base import FrameTooLarge, Network, PeerStream, StreamClosed
+from agents.net.base import FrameTooLarge, MeteredStream, Network, PeerStream, StreamClosed
 from agents.ownfeed import OwnFeed
 from agents.roles import POLICIES, THINKING, Intent, Me, Renew
 from agents.roles.compose import compose, latency_key
@@ -51,8 +52,9 @@ log = structlog.get_logger("swarm.member")
 
 SYNC_INTERVAL = 3.0
 SYNC_FANOUT = 3  # peers pulled from per SYNC_INTERVAL, whatever the size of the cluster
-PULL_DEADLINE = 10.0  # a whole pull from one peer; past it the stream is dropped
-WEDGED_AFTER = PULL_DEADLINE + 2 * SYNC_INTERVAL  # a pull still running this long ignored its cancellation
+PULL_DEADLINE = 10.0  # a pull or serve that moves nothing this long is dropped (the dial counts)
+PULL_LIMIT = 300.0  # a whole pull or serve, however much it moves: a drip-feeding peer is cut too
+WEDGED_AFTER = PULL_DEADLINE + 2 * SYNC_INTERVAL  # a pull this long without progress ignored its cancellation
 MAX_SERVING = 16  # sync streams served at once: each may hold one frame in reassembly
 MUTE_WARNING_S = 30.0  # how often a member that cannot sign yet says why
 ACT_INTERVAL = 0.25
@@ -94,6 +96,8 @@ class MemberStats:
     sync_violations: int = 0  # conversations a peer broke: an oversized frame, a malformed message
     sync_rounds: int = 0  # rounds of the sync loop: each pulls from the peers with no pull running
     sync_open_failed: int = 0  # pulls that could not open a stream to a peer we hold a connection to
+    sync_bytes_in: int = 0  # frame bytes received in sync conversations, pulls and serves
+    sync_bytes_out: int = 0  # frame bytes sent in them
     held: int = 0
     synced_in: int = 0
     published: int = 0
@@ -167,7 +171,9 @@ class Member:
                               stored_seq=self.own.author.seq, head_seq=self.own.missing[0])
         self.changed = trio.Event()
         self.sync_now = trio.Event()
-        self._pulling: dict[str, float] = {}  # peer -> when its pull started (trio time)
+        self._pulling: dict[str, float] = {}  # peer -> when its pull started or last moved (trio time)
+        self._pull_done: dict[str, trio.Event] = {}  # peer -> set when its running pull ends
+        self._sync_rounds: set[trio.CancelScope] = set()  # sync_all rounds: a moving pull extends them
         self._wedged: set[str] = set()  # peers whose pull outlived every deadline
         self._pull_after = b""  # the rotation's key of the last peer pulled from
         self._model_busy = False
@@ -181,8 +187,9 @@ class Member:
 
     # --- events in ------------------------------------------------------------
 
-    def _admit(self, events: list[Event], via: str) -> int:
-        """Store, index and fold; an event the store cannot take is neither indexed nor
+    def _admit(self, events: list[Event], via: str, refold: bool = True) -> int:
+        """Store, index and fold (``refold=False``: the caller folds once it has stored a
+        batch of frames); an event the store cannot take is neither indexed nor
         acknowledged (sync fetches it again once the store works)."""
         try:
             added = self.store.add_many(events)
@@ -194,7 +201,8 @@ class Member:
             return 0
         if added:
             self.index.add_all(events)
-            self._refold()
+            if refold:
+                self._refold()
         if via == "sync":
             self.stats.synced_in += added
         return added
@@ -321,13 +329,20 @@ class Member:
             await stream.abort()  # a reset, not a close: what it still sends is dropped, not buffered
             return
         self._serving += 1
+        started = trio.current_time()
+        metered = MeteredStream(stream)
         try:
-            with trio.fail_after(PULL_DEADLINE):  # a puller that stalls holds nothing for long
-                await serve_pull(stream, self.index, self.credentials)
-        except trio.TooSlowError:
-            self.stats.sync_timeouts += 1
-            self._log.warning("sync serve timed out", peer=stream.peer[-8:], deadline_s=PULL_DEADLINE)
-            await stream.abort()
+            # a puller that stalls holds nothing for long; one that keeps asking is served
+            with trio.CancelScope(deadline=started + PULL_DEADLINE) as scope:
+                def moved() -> None:
+                    scope.deadline = min(started + PULL_LIMIT, trio.current_time() + PULL_DEADLINE)
+
+                await serve_pull(metered, self.index, self.credentials, on_need=moved)
+            if scope.cancelled_caught:
+                self.stats.sync_timeouts += 1
+                self._log.warning("sync serve timed out", peer=stream.peer[-8:], deadline_s=PULL_DEADLINE,
+                                  running_s=round(trio.current_time() - started, 1))
+                await stream.abort()
         except SyncRefused as exc:
             self.stats.sync_refused += 1
             self._log.warning("sync refused", peer=stream.peer[-8:], reason=str(exc)[:200])
@@ -340,59 +355,111 @@ class Member:
             self._log.debug("sync serve ended", peer=stream.peer[-8:], reason=str(exc)[:200])
         finally:
             self._serving -= 1
+            self.stats.sync_bytes_in += metered.received
+            self.stats.sync_bytes_out += metered.sent
 
     async def pull_from(self, peer: str) -> int:
-        """Pull what ``peer`` has and we lack. Returns how many new events we stored."""
-        deadline = trio.current_time() + PULL_DEADLINE  # the dial counts: a peer that stalls costs one pull
+        """Pull what ``peer`` has and we lack. Returns how many new events we stored.
+        One pull per peer at a time: a second waits for the running one to end, then pulls
+        (two at once fetched and verified the same events twice)."""
+        while (running := self._pull_done.get(peer)) is not None:
+            await running.wait()
+        return await self._pull_registered(peer, self._register_pull(peer))
+
+    def _register_pull(self, peer: str) -> trio.Event:
+        done = self._pull_done[peer] = trio.Event()
+        self._pulling[peer] = trio.current_time()
+        return done
+
+    async def _pull_registered(self, peer: str, done: trio.Event) -> int:
         try:
-            with trio.fail_at(deadline):
+            return await self._pull(peer)
+        finally:
+            del self._pulling[peer]
+            del self._pull_done[peer]
+            self._wedged.discard(peer)
+            done.set()
+
+    async def _pull(self, peer: str) -> int:
+        """One pull. Each events frame is verified and stored as it arrives (one frame held
+        at a time), and the tree is folded once at the end: a 100k-event catch-up is about a
+        hundred frames, and folding after each made it quadratic. The deadline counts from
+        the last frame, up to ``PULL_LIMIT`` in all."""
+        started = trio.current_time()
+        scope = trio.CancelScope(deadline=started + PULL_DEADLINE)
+        added = 0
+        whole = False
+
+        def frame(raws: list[bytes]) -> None:
+            nonlocal added
+            added += self._take_synced(raws)
+            now = self._pulling[peer] = trio.current_time()
+            scope.deadline = min(started + PULL_LIMIT, now + PULL_DEADLINE)
+            for round_scope in self._sync_rounds:
+                round_scope.deadline = max(round_scope.deadline, now + PULL_DEADLINE + 2 * SYNC_INTERVAL)
+
+        try:
+            with trio.move_on_at(scope.deadline) as dial:  # the dial counts: a peer that stalls costs one pull
                 stream = await self.network.open_stream(peer)
-        except (StreamClosed, trio.TooSlowError) as exc:
+        except StreamClosed as exc:
             self.stats.sync_open_failed += 1
             self._log.debug("sync open failed", peer=peer[-8:], reason=repr(exc)[:200])
             return 0
-        try:
-            with trio.fail_at(deadline):
-                raws, _ = await pull(stream, self.index, self.credentials,
-                                     known=lambda event_id: self.intake.knows(event_id))
-        except trio.TooSlowError:
-            self.stats.sync_timeouts += 1
-            self._log.warning("sync pull timed out", peer=peer[-8:], deadline_s=PULL_DEADLINE)
+        if dial.cancelled_caught:
+            self.stats.sync_open_failed += 1
+            self._log.debug("sync open failed", peer=peer[-8:], reason="timed out")
             return 0
+        stream = MeteredStream(stream)
+        try:
+            with scope:
+                await pull(stream, self.index, self.credentials,
+                           known=lambda event_id: self.intake.knows(event_id), on_events=frame)
+            if scope.cancelled_caught:
+                self.stats.sync_timeouts += 1
+                self._log.warning("sync pull timed out", peer=peer[-8:], deadline_s=PULL_DEADLINE,
+                                  running_s=round(trio.current_time() - started, 1), stored=added)
         except SyncRefused as exc:
             self.stats.sync_refused += 1
             self._log.warning("sync refused", peer=peer[-8:], reason=str(exc)[:200])
-            return 0
         except (FrameTooLarge, SyncProtocolError) as exc:
             self.stats.sync_violations += 1
             self._log.warning("sync peer broke the protocol", peer=peer[-8:], reason=str(exc)[:200])
-            return 0
         except StreamClosed as exc:
             self._log.info("sync failed", peer=peer[-8:], reason=str(exc)[:200])
-            return 0
+        else:
+            whole = not scope.cancelled_caught  # only a whole pull shows all the peer holds of ours
         finally:
             await stream.aclose()
-        events = []
-        for raw in raws:
-            try:
-                answer = self.intake.admit(decode_event(raw))
-            except EventRefused as exc:
-                answer = self.intake.refuse_bytes(raw, exc)  # the same bad bytes count once
-            event = self._take(answer, "sync")
-            if event is not None:
-                events.append(event)
-        added = self._admit(events, "sync") if events else 0
-        self._log.debug("pulled", peer=peer[-8:], received=len(raws), added=added)
+            self.stats.sync_bytes_in += stream.received
+            self.stats.sync_bytes_out += stream.sent
+            if added:  # what earlier frames stored counts even when a later one failed
+                self._refold()
+        if whole:
+            self._learned_own_feed(peer)
+        self._log.debug("pulled", peer=peer[-8:], added=added)
         if self.metrics is not None:
             self.metrics.pulled(added)
-        self._learned_own_feed(peer)
         if added:
             self._log.info("synced", peer=peer[-8:], events=added)
             if self._trace:
                 self._trace(f"pulled {added} event(s) from {peer[-8:]}")
-            if len(events) <= 100:  # per-event records only for small batches (benchmarks read them)
-                for event in events:
-                    self._log.debug("admitted", event_id=event.id, via="sync")
+        return added
+
+    def _take_synced(self, raws: list[bytes]) -> int:
+        """Verify, screen and store one frame of synced events (folded by the caller)."""
+        events = []
+        for raw, decoded in zip(raws, decode_frame(raws), strict=True):
+            if isinstance(decoded, EventRefused):
+                answer = self.intake.refuse_bytes(raw, decoded)  # the same bad bytes count once
+            else:
+                answer = self.intake.admit(decoded)
+            event = self._take(answer, "sync")
+            if event is not None:
+                events.append(event)
+        added = self._admit(events, "sync", refold=False) if events else 0
+        if len(events) <= 100:  # per-event records only for small batches (benchmarks read them)
+            for event in events:
+                self._log.debug("admitted", event_id=event.id, via="sync")
         return added
 
     def _learned_own_feed(self, peer: str) -> None:
@@ -407,17 +474,21 @@ class Member:
         """Pull from every connected peer at once, until each pull ends; a slow or stalled peer
         delays nobody else. For one-shot tools; a running member pulls from ``_sync_loop``.
 
-        The round as a whole is bounded too: a pull that outlives its deadline (a close that
-        hangs on a blackholed connection) is cancelled rather than stalling the caller."""
+        The round as a whole is bounded too: once no pull has moved for a while (a close that
+        hangs on a blackholed connection) it is cancelled rather than stalling the caller."""
         counts: list[int] = []
 
         async def one(peer: str) -> None:
             counts.append(await self.pull_from(peer))
 
         with trio.move_on_after(PULL_DEADLINE + 2 * SYNC_INTERVAL) as round_scope:
-            async with trio.open_nursery() as nursery:
-                for peer in self.network.connected_peers():
-                    nursery.start_soon(one, peer)
+            self._sync_rounds.add(round_scope)
+            try:
+                async with trio.open_nursery() as nursery:
+                    for peer in self.network.connected_peers():
+                        nursery.start_soon(one, peer)
+            finally:
+                self._sync_rounds.discard(round_scope)
         if round_scope.cancelled_caught:
             self.stats.sync_timeouts += 1
             self._log.warning("sync round cut short: a pull outlived its deadline")
@@ -467,28 +538,20 @@ class Member:
 
     def _start_pull(self, nursery: trio.Nursery, peer: str) -> None:
         """Start a pull from ``peer`` unless one is running."""
-        if peer not in self._pulling:
-            self._pulling[peer] = trio.current_time()
-            nursery.start_soon(self._pull_once, peer)
+        if peer not in self._pull_done:
+            nursery.start_soon(self._pull_registered, peer, self._register_pull(peer))
 
     def _drop_wedged_pulls(self) -> None:
-        """A pull running past ``WEDGED_AFTER`` ignored its deadline: drop its peer's
-        connection (once) to break it."""
+        """A pull that has not moved for ``WEDGED_AFTER`` ignored its deadline: drop its
+        peer's connection (once) to break it."""
         now = trio.current_time()
-        for peer, started in list(self._pulling.items()):
-            if now - started > WEDGED_AFTER and peer not in self._wedged:
+        for peer, moved in list(self._pulling.items()):
+            if now - moved > WEDGED_AFTER and peer not in self._wedged:
                 self._wedged.add(peer)
                 self.stats.sync_timeouts += 1
                 self._log.warning("sync pull wedged: it outlived its deadline; dropping the connection",
-                                  peer=peer[-8:], running_s=round(now - started, 1))
+                                  peer=peer[-8:], still_s=round(now - moved, 1))
                 self.network.drop(peer)
-
-    async def _pull_once(self, peer: str) -> None:
-        try:
-            await self.pull_from(peer)
-        finally:
-            del self._pulling[peer]
-            self._wedged.discard(peer)
 
     async def _release_loop(self) -> None:
         while True:

@@ -121,8 +121,10 @@ def _offer_from(data: Any) -> Offer:
     return Offer(authors)
 
 
-async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials) -> int:
-    """Answer one peer's pull from our events. Returns how many events we sent."""
+async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials,
+                     on_need: Callable[[], None] = lambda: None) -> int:
+    """Answer one peer's pull from our events. Returns how many events we sent.
+    ``on_need`` is told of each need answered (the caller's deadline counts from the last)."""
     hello = await _receive(stream, "summary")
     if hello.get("cluster") != me.cluster:
         raise SyncRefused(f"peer is in cluster {hello.get('cluster')!r}, we are in {me.cluster!r}")
@@ -142,6 +144,7 @@ async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials) -> 
         ids = message.get("ids")
         if not isinstance(ids, list) or len(ids) > BATCH:
             raise SyncProtocolError(f"expected a list of at most {BATCH} ids, found {type(ids).__name__}")
+        on_need()
         events, rest, size = [], [], 0
         for position, event_id in enumerate(ids):
             if size >= EVENTS_BUDGET:
@@ -157,9 +160,14 @@ async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials) -> 
 
 
 async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
-               known: Callable[[str], bool] = lambda _id: False) -> tuple[list[bytes], Summary]:
+               known: Callable[[str], bool] = lambda _id: False,
+               on_events: Callable[[list[bytes]], None] | None = None) -> tuple[list[bytes], Summary]:
     """Pull from the peer what it offers and we lack (and ``known`` does not rule out).
-    Returns the raw events (unverified: run them through the intake) and the peer's summary."""
+    Returns the raw events (unverified: run them through the intake) and the peer's summary.
+
+    With ``on_events``, each events frame goes to it as it arrives and none is returned:
+    a large catch-up is stored as it comes, holding one frame at a time, and its ids
+    drop out of what is asked next time (``index``/``known``) should the pull be cut."""
     await stream.send(_encode({"type": "summary", "cluster": me.cluster, "ticket": me.ticket.wire(),
                                "authors": _summary_json(index.summary())}))
     reply = await _receive(stream, "offer")
@@ -179,9 +187,13 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
                 or not set(rest) <= set(asked) or (rest and not events)):
             raise SyncProtocolError("expected 'rest' to list asked ids left out after at least one event")
         try:
-            received.extend(e.encode() for e in events)
+            frame = [e.encode() for e in events]
         except UnicodeEncodeError:
             raise SyncProtocolError("an event string holds a lone surrogate: no event's bytes can") from None
+        if on_events is None:
+            received.extend(frame)
+        else:
+            on_events(frame)
         wanted = rest + wanted
     await stream.send(_encode({"type": "done"}))
     return received, theirs

@@ -5,7 +5,9 @@
   latency of an event is the time until the *last* member has it.
 * catch-up: a member holding N events serves a fresh ``swarm observe`` (a late
   joiner); the figure is the wall time of that command, beside the same command
-  against an empty member (process start, imports, dial: the baseline).
+  against a one-event member (process start, imports, dial: the baseline), the
+  sync bytes each way, and the floor: the same events' signature checks alone on
+  every core (``BENCH_LATE_JOIN=1000,10000`` picks the sizes).
 * idle cost: N members of every role (scripted model, no goal) left to settle, then
   the CPU each spends in a quiet window, its memory (PSS: the shared pages split
   among the processes that map them) and the peers dropped meanwhile; the 3-member
@@ -17,12 +19,14 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import statistics
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -30,12 +34,16 @@ import trio
 
 from agents.cli.plan import Proc, free_port, provision, start_agent, stop, swarm_command
 from agents.clusterdir import ClusterDir, credentials
-from agents.core.events import GoalBody
+from agents.core.events import Event, GoalBody
+from agents.core.fold import fold
+from agents.core.identity import verify
 from agents.keyfile import load_or_create
 from agents.member import Member
 from agents.net.p2p import Libp2pNetwork
 from agents.store import EventStore
 from bench.synthetic import AUTHORITY, CLUSTER, plan_log
+
+LATE_JOIN_SIZES = tuple(int(n) for n in os.environ.get("BENCH_LATE_JOIN", "1000,10000,100000,1000000").split(","))
 
 
 def _observers(root: Path, count: int, cluster: str) -> list[Proc]:
@@ -115,18 +123,51 @@ def propagation(members: int, count: int = 40, rate: float = 5.0) -> tuple[float
         return p50, p99, missing, len(by_sync)
 
 
-def catch_up(events: int) -> float:
+@dataclass(frozen=True)
+class CatchUp:
+    seconds: float  # the joiner's wall time, from its start to its whole, verified tree
+    bytes_in: int  # sync frame bytes the joiner received
+    bytes_out: int  # and sent
+    same_digest: bool  # the joiner's tree is the holder's
+
+
+def _log_of(events: int) -> list[Event]:
+    batch: list[Event] = []
+    for event in plan_log(goals=max(1, events // 20_000), branch=6 if events > 5000 else 3,
+                          depth=5 if events > 5000 else 4):
+        batch.append(event)
+        if len(batch) == events:
+            break
+    return batch
+
+
+def signature_floor(events: list[Event]) -> float:
+    """Seconds to check these events' signatures alone, on every core (PyNaCl drops the GIL):
+    the floor a joiner that verifies everything cannot go below."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agents.core.events import decode_unverified
+
+    jobs = [(e.author, decode_unverified(e.to_wire())[1], base64.b64decode(e.sig)) for e in events]
+    cores = os.cpu_count() or 1
+    chunks = [jobs[i::cores] for i in range(cores)]
+
+    def check(chunk: list) -> bool:
+        return all(verify(*job) for job in chunk)
+
+    with ThreadPoolExecutor(cores) as pool:
+        start = time.perf_counter()
+        assert all(pool.map(check, chunks))
+        return time.perf_counter() - start
+
+
+def catch_up(batch: list[Event]) -> CatchUp:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         data_dir = root / "holder"
         with EventStore.open(data_dir) as store:
-            batch = []
-            for event in plan_log(goals=max(1, events // 20_000), branch=6 if events > 5000 else 3,
-                                  depth=5 if events > 5000 else 4):
-                batch.append(event)
-                if len(batch) == events:
-                    break
             store.add_many(batch)
+        digest = fold(batch).digest
         # the log's own cluster and authority admit the holder and the late joiner
         from agents.clusterdir import write_ticket
         from agents.core.admission import issue
@@ -141,7 +182,8 @@ def catch_up(events: int) -> float:
             start = time.perf_counter()
             run = subprocess.run([*swarm_command(), "observe", "--timeout", "600", "--cluster", CLUSTER,
                                   "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0", "--bootstrap", holder.address,
-                                  "--data-dir", str(root / "late")], capture_output=True, text=True)
+                                  "--data-dir", str(root / "late"), "--json", str(root / "late.json")],
+                                 capture_output=True, text=True)
             elapsed = time.perf_counter() - start
         finally:
             stop([holder])
@@ -149,7 +191,8 @@ def catch_up(events: int) -> float:
             raise RuntimeError(run.stderr[-2000:])
         with EventStore.open(root / "late") as store:
             assert store.count() == len(batch), (store.count(), len(batch))
-        return elapsed
+        report = json.loads((root / "late.json").read_text())
+        return CatchUp(elapsed, report["sync"]["bytes_in"], report["sync"]["bytes_out"], report["digest"] == digest)
 
 
 def democracy(latency: float = 0.5) -> tuple[float, float, int, int]:
@@ -211,6 +254,24 @@ def idle_cost(members: int, settle: float = 25.0, window: float = 20.0) -> tuple
     return cpu, statistics.median(pss), drops
 
 
+def late_joins() -> None:
+    print("\n### late joiner catch-up by sync alone (`swarm observe`, one-shot, from one holder on this machine)")
+    print("The floor: the same events' signature checks alone, on every core, measured in this run.")
+    base = catch_up(_log_of(1))
+    print("| events | joiner wall (s) | minus 1-event run (s) | signature floor (s) | vs floor | received (MB) "
+          "| sent (KB) | same digest |")
+    print("|---:|---:|---:|---:|---:|---:|---:|:---:|")
+    print(f"| 1 (baseline: start, dial, exit) | {base.seconds:.1f} | - | - | - | - | - | {base.same_digest} |", flush=True)
+    for events in LATE_JOIN_SIZES:
+        batch = _log_of(events)
+        floor = signature_floor(batch)
+        run = catch_up(batch)
+        net = max(run.seconds - base.seconds, 1e-3)
+        print(f"| {events:,} | {run.seconds:.1f} | {net:.1f} | {floor:.2f} | {net / floor:.1f}x "
+              f"| {run.bytes_in / 1e6:.1f} | {run.bytes_out / 1e3:.0f} | {run.same_digest} |", flush=True)
+        assert run.same_digest, f"the late joiner's tree differs from the holder's at {events} events"
+
+
 def main() -> None:
     from agents import logs
 
@@ -232,15 +293,7 @@ def main() -> None:
         base_cpu = base_cpu or max(cpu, 0.1)
         print(f"| {members} | {cpu:.1f} | {cpu / base_cpu:.1f}x | {pss:.0f} | {drops} |", flush=True)
 
-    print("\n### late joiner catch-up by sync alone (`swarm observe`, one-shot)")
-    base = catch_up(1)
-    print("| events | wall (s) | minus 1-event baseline (s) | events/s |")
-    print("|---:|---:|---:|---:|")
-    print(f"| 1 (baseline) | {base:.1f} | - | - |", flush=True)
-    for events in (1_000, 10_000, 100_000):
-        seconds = catch_up(events)
-        net = max(seconds - base, 1e-3)
-        print(f"| {events:,} | {seconds:.1f} | {net:.1f} | {events / net:,.0f} |", flush=True)
+    late_joins()
 
     print("\n### price of democracy (`swarm plan`, 3/3/3, quorum 2, scripted 0.5 s mean per call)")
     wall, sequential, needed, made = democracy(0.5)

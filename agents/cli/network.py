@@ -321,7 +321,9 @@ def cmd_observe(args: argparse.Namespace) -> int:
     member.close()
     tree = member.tree
     _emit(tree, args, refused=member.stats.refused, reorganisations=member.stats.reorganisations,
-          by_rule=member.intake.refused)
+          by_rule=member.intake.refused, sync={"events_in": member.stats.synced_in,
+                                               "bytes_in": member.stats.sync_bytes_in,
+                                               "bytes_out": member.stats.sync_bytes_out})
     store.close()
     if args.until_complete and not tree.complete:
         print(f"swarm observe: the plan is not complete after {args.timeout:g} s", file=sys.stderr)
@@ -349,12 +351,14 @@ def _progress(member: Member) -> str:
 
 
 def _emit(tree, args: argparse.Namespace, refused: int, reorganisations: int | None = None,
-          by_rule: Mapping[str, int] | None = None) -> None:
+          by_rule: Mapping[str, int] | None = None, sync: Mapping[str, int] | None = None) -> None:
     from agents.cli.common import write_atomically
     from agents.cli.common import write_json as _write_json
 
     if getattr(args, "json", None):
-        extra = {"reorganisations": reorganisations} if reorganisations is not None else None
+        extra: dict | None = {"reorganisations": reorganisations} if reorganisations is not None else None
+        if sync is not None:
+            extra = {**(extra or {}), "sync": dict(sync)}
         _write_json(Path(args.json), plan_json(tree, refused=refused, extra=extra, by_rule=by_rule))
     if getattr(args, "md", None):
         write_atomically(Path(args.md), plan_markdown(tree).encode())

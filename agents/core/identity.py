@@ -11,7 +11,7 @@ but its author's peer id to be verifiable. This module uses PyNaCl directly
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import base58
 from nacl.exceptions import BadSignatureError
@@ -42,6 +42,14 @@ def public_key_of(peer_id: str) -> bytes:
     key type (RSA and secp256k1 ids are hashes: the key cannot be recovered, so
     events by such authors could never be verified).
     """
+    return _verify_key(peer_id).encode()
+
+
+# A cluster has few authors and each signs many events: base58 decoding the same id
+# for every event was a tenth of a late joiner's time. Bounded, so a flood of fresh
+# keys only cycles it; a bad id raises and is never cached.
+@lru_cache(maxsize=4096)
+def _verify_key(peer_id: str) -> VerifyKey:
     try:
         raw = base58.b58decode(peer_id.encode("ascii"))
     except (ValueError, UnicodeEncodeError) as exc:
@@ -50,13 +58,13 @@ def public_key_of(peer_id: str) -> bytes:
         raise BadPeerIdError(
             f"peer id {peer_id!r} is not an inline ed25519 libp2p peer id (12D3KooW...)"
         )
-    return raw[len(_PEER_ID_PREFIX) :]
+    return VerifyKey(raw[len(_PEER_ID_PREFIX) :])
 
 
 def verify(peer_id: str, message: bytes, signature: bytes) -> bool:
     """True when ``signature`` is the author's ed25519 signature over ``message``."""
     try:
-        VerifyKey(public_key_of(peer_id)).verify(message, signature)
+        _verify_key(peer_id).verify(message, signature)
     except (BadSignatureError, BadPeerIdError, ValueError):
         return False
     return True

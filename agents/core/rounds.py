@@ -94,21 +94,30 @@ def _walk_chains(chains_by_scorer: Mapping[str, Sequence[Sequence[Event]]]
 def _first_candidates(candidates: Sequence[Event], held: Mapping[str, Event]) -> set[str]:
     """The candidates that are their author's first for their round on their own chain: a
     coordinator names one value per round; a second one on the same chain (no fork, so no
-    equivocation to see) would split the round's ballots for good."""
-    first: set[str] = set()
+    equivocation to see) would split the round's ballots for good.
+
+    ``candidates`` holds every candidate of the node by these authors, so an earlier one on
+    a candidate's chain is among those of its (author, round); the walk back along ``prev``
+    stops below the lowest seq of that group instead of running to the feed's start (a
+    walk per candidate over a long feed made folding a large log quadratic)."""
+    groups: dict[tuple[str, int], list[Event]] = defaultdict(list)
     for event in candidates:
         body = event.body
         assert isinstance(body, CandidateBody)
-        earlier = held.get(event.prev) if event.prev else None
-        repeated = False
-        while earlier is not None:
-            if (isinstance(earlier.body, CandidateBody) and earlier.body.node == body.node
-                    and earlier.body.round == body.round):
-                repeated = True
-                break
-            earlier = held.get(earlier.prev) if earlier.prev else None
-        if not repeated:
-            first.add(event.id)
+        groups[(event.author, body.round)].append(event)
+    first: set[str] = set()
+    for group in groups.values():
+        if len(group) == 1:
+            first.add(group[0].id)
+            continue
+        ids = {event.id for event in group}
+        lowest = min(event.seq for event in group)
+        for event in group:
+            earlier = held.get(event.prev) if event.prev else None
+            while earlier is not None and earlier.seq >= lowest and earlier.id not in ids:
+                earlier = held.get(earlier.prev) if earlier.prev else None
+            if earlier is None or earlier.seq < lowest:
+                first.add(event.id)
     return first
 
 

@@ -45,6 +45,31 @@ class PeerStream(Protocol):
         ...
 
 
+class MeteredStream:
+    """A PeerStream that counts the frame bytes it carries each way (what sync costs)."""
+
+    def __init__(self, stream: PeerStream) -> None:
+        self._stream = stream
+        self.peer = stream.peer
+        self.sent = 0
+        self.received = 0
+
+    async def send(self, frame: bytes) -> None:
+        await self._stream.send(frame)
+        self.sent += len(frame)
+
+    async def receive(self, limit: int = MAX_FRAME_BYTES) -> bytes:
+        frame = await self._stream.receive(limit)
+        self.received += len(frame)
+        return frame
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def abort(self) -> None:
+        await self._stream.abort()
+
+
 StreamHandler = Callable[[PeerStream], Awaitable[None]]
 
 

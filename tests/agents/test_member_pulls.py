@@ -17,8 +17,8 @@ import trio
 import trio.testing
 
 from agents.core.sync import EventIndex
-from agents.member import SYNC_FANOUT, SYNC_INTERVAL, WEDGED_AFTER, Member
-from agents.net.base import PeerStream
+from agents.member import PULL_DEADLINE, SYNC_FANOUT, SYNC_INTERVAL, WEDGED_AFTER, Member
+from agents.net.base import MAX_FRAME_BYTES, PeerStream, StreamClosed
 from agents.store import EventStore
 from agents.syncproto import serve_pull
 from chaos.sim.identities import EPOCH_MS
@@ -179,3 +179,105 @@ def test_the_rotation_skips_no_peer_while_others_come_and_go() -> None:
                 last[peer] = round_
     assert set(last) == set(stable)
     assert max(gaps) <= -(-20 // SYNC_FANOUT) + 1, gaps
+
+
+class SlowFrames:
+    """A server's side of a sync stream whose events frames each take ``delay`` to leave (a
+    slow link), counting how many conversations run at once."""
+
+    running = 0
+    most = 0
+
+    def __init__(self, stream: PeerStream, delay: float) -> None:
+        self._stream, self.peer, self._delay = stream, stream.peer, delay
+
+    async def send(self, frame: bytes) -> None:
+        if frame.startswith(b'{"events"') or b'"type":"events"' in frame[:200]:
+            await trio.sleep(self._delay)
+        await self._stream.send(frame)
+
+    async def receive(self, limit: int = MAX_FRAME_BYTES) -> bytes:
+        return await self._stream.receive(limit)
+
+
+def _slow_holder(tmp_path: Path, events: int, delay: float, during=None) -> dict[str, object]:
+    """A watcher catches up from one holder of ``events`` goals whose frames each take ``delay``;
+    ``during(watcher)`` runs once the first pull is under way."""
+    holder_id = identity("holder").peer_id
+    feed = Feed("holder", "client")
+    held = EventIndex([feed.at(EPOCH_MS - 60_000 + i, goal(f"Goal number {i}", [holder_id], 1))
+                       for i in range(events)])
+    outcome: dict[str, object] = {}
+
+    def now_ms() -> int:
+        return EPOCH_MS + int(trio.current_time() * 1000)
+
+    async def serve(stream: PeerStream) -> None:
+        SlowFrames.running += 1
+        SlowFrames.most = max(SlowFrames.most, SlowFrames.running)
+        try:
+            await serve_pull(SlowFrames(stream, delay), held, credentials("holder", "client"))
+        except StreamClosed:  # the puller gave up on us: a member's server says so and goes on
+            pass
+        finally:
+            SlowFrames.running -= 1
+
+    async def main() -> None:
+        SlowFrames.running = SlowFrames.most = 0
+        async with trio.open_nursery() as nursery:
+            fabric = SimFabric(random.Random(0), nursery)
+            fabric.weather.loss = 1.0  # only pulls carry events
+            network = CountingNetwork(fabric, identity("watcher").peer_id)
+            watcher = Member(credentials("watcher", "observer"), EventStore.open(tmp_path / "watcher"), network,
+                             think_in_thread=False, now_ms=now_ms)
+            network.attach(nursery)
+            await nursery.start(watcher.run)
+            holder = fabric.endpoint(holder_id)
+            holder.serve(serve)
+            holder.attach(nursery)
+            fabric.bring_up(network)
+            fabric.bring_up(holder)
+            started = trio.current_time()
+            if during is not None:
+                await trio.sleep(1)
+                await during(watcher)
+            with trio.move_on_after(120):
+                while len(watcher.index) < events:
+                    await trio.sleep(0.5)
+            outcome.update(stored=len(watcher.index), after=trio.current_time() - started,
+                           timeouts=watcher.stats.sync_timeouts, most=SlowFrames.most,
+                           bytes_in=watcher.stats.sync_bytes_in, bytes_out=watcher.stats.sync_bytes_out,
+                           complete_tree=len(watcher.tree.goals) == events)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    return outcome
+
+
+def test_a_catch_up_that_keeps_moving_outlives_the_pull_deadline(tmp_path: Path) -> None:
+    """4,000 events come in three frames of 6 s each: the whole pull takes longer than
+    ``PULL_DEADLINE``, but no frame does. The deadline counts from the last frame, so the pull
+    completes (a deadline on the whole pull cut it after the first frame, every time, and the
+    events already received were thrown away with it)."""
+    outcome = _slow_holder(tmp_path, 4000, delay=6.0)
+    assert outcome["stored"] == 4000 and outcome["complete_tree"], outcome
+    assert outcome["after"] > PULL_DEADLINE, outcome  # type: ignore[operator]
+    assert outcome["timeouts"] == 0, outcome
+    # the sync bytes are counted: the frames in, the summary and needs out
+    assert outcome["bytes_in"] > 4000 * 300 and 0 < outcome["bytes_out"] < outcome["bytes_in"] / 10, outcome  # type: ignore[operator]
+
+
+def test_a_one_shot_sync_waits_for_the_pull_already_running_instead_of_pulling_twice(tmp_path: Path) -> None:
+    """``sync_all`` (what ``swarm observe`` runs) while the member's own loop pulls from the same
+    peer: one conversation at a time with that peer, not two fetching and verifying the same
+    events side by side."""
+    counts: list[int] = []
+
+    async def one_shot(watcher: Member) -> None:
+        counts.append(await watcher.sync_all())
+        counts.append(await watcher.sync_all())
+
+    outcome = _slow_holder(tmp_path, 3000, delay=3.0, during=one_shot)
+    assert outcome["stored"] == 3000, outcome
+    assert outcome["most"] == 1, f"{outcome['most']} sync conversations ran at once with one peer"
+    assert counts[-1] == 0, counts  # the second round found nothing new
