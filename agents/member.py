@@ -176,6 +176,7 @@ class Member:
         self._sync_rounds: set[trio.CancelScope] = set()  # sync_all rounds: a moving pull extends them
         self._wedged: set[str] = set()  # peers whose pull outlived every deadline
         self._pull_after = b""  # the rotation's key of the last peer pulled from
+        self._ring_keys: dict[str, bytes] = {}  # peer -> its key in this member's rotation
         self._model_busy = False
         self._done: set[Intent] = set()
         self._last_renew: dict[str, int] = {}
@@ -314,7 +315,8 @@ class Member:
         """Copy what the exporter shows, from this task: its thread only reads the copy."""
         while True:
             tree = self.tree
-            metrics.snapshot = Snapshot(dict(vars(self.stats)), dict(self.intake.refused), self.intake.held,
+            metrics.snapshot = Snapshot({**vars(self.stats), **self.network.counters()}, dict(self.intake.refused),
+                                        self.intake.held,
                                         len(self.index), tree.pending, tree.complete)
             await trio.sleep(1.0)
 
@@ -524,8 +526,7 @@ class Member:
         by its key, not by a position: peers joining or leaving make it skip nobody. Every
         connected peer is reached within ceil(peers / SYNC_FANOUT) rounds; no random source,
         no arrival order."""
-        me = self.network.peer_id.encode()
-        ring = sorted((hashlib.sha256(me + peer.encode()).digest(), peer) for peer in connected)
+        ring = sorted((self._ring_key(peer), peer) for peer in connected)
         start = bisect.bisect_right([key for key, _ in ring], self._pull_after)
         chosen: list[str] = []
         for key, peer in ring[start:] + ring[:start]:
@@ -535,6 +536,14 @@ class Member:
                 if len(chosen) == SYNC_FANOUT:
                     break
         return chosen
+
+    def _ring_key(self, peer: str) -> bytes:
+        key = self._ring_keys.get(peer)
+        if key is None:
+            if len(self._ring_keys) > 4096:  # peers come and go: keep the memo bounded
+                self._ring_keys.clear()
+            key = self._ring_keys[peer] = hashlib.sha256(self.network.peer_id.encode() + peer.encode()).digest()
+        return key
 
     def _start_pull(self, nursery: trio.Nursery, peer: str) -> None:
         """Start a pull from ``peer`` unless one is running."""

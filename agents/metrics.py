@@ -34,6 +34,8 @@ _COUNTERS = {
     "reorganisations": "times a decision this member showed changed (must stay 0)",
     "model_calls": "model calls started",
     "store_errors": "writes the store refused",
+    "own_stalls": "stalls of this process noticed (a tick woke over a second late): pings across them do not count",
+    "liveness_kept": "peers that missed two pings but were heard from otherwise, so kept",
 }
 
 

@@ -244,7 +244,9 @@ def report_settled(procs: list[Proc], plan: dict, timeout: float = SETTLE_TIMEOU
     that sync has not yet brought), at most ``timeout``; say which members it left behind."""
     decided = decisions(plan["nodes"])
     started = time.monotonic()
-    while behind := lagging(procs, decided):
+    behind = [proc.name for proc in procs]
+    # decisions are final: a member that holds them keeps them, so only the others are read again
+    while behind := lagging([proc for proc in procs if proc.name in behind], decided):
         if time.monotonic() - started > timeout:
             print(f"{len(behind)} members did not yet hold the whole plan when stopped ({', '.join(behind)}); "
                   "they fetch the rest from their peers when next started", flush=True)

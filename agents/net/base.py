@@ -104,3 +104,7 @@ class Network(Protocol):
     def serve(self, handler: StreamHandler) -> None:
         """Call ``handler`` for every sync stream a peer opens to us."""
         ...
+
+    def counters(self) -> dict[str, int]:
+        """The transport's own counts, for metrics (names from ``agents.metrics``)."""
+        ...

@@ -140,6 +140,9 @@ class Libp2pNetwork:
     def connected_peers(self) -> list[str]:
         return sorted(str(p) for p in self.host.get_connected_peers())
 
+    def counters(self) -> dict[str, int]:
+        return {"own_stalls": self.liveness.stalls.stalls, "liveness_kept": self.liveness.kept}
+
     async def publish(self, data: bytes) -> None:
         await self._pubsub.publish(self.topic, data)
 

@@ -324,6 +324,9 @@ class SimNetwork:
         """Nothing to close: the fabric has no connections, only reachability, and every
         pull over it ends at its deadline, so a member never finds one wedged here."""
 
+    def counters(self) -> dict[str, int]:
+        return {}  # no pings and no stalls of its own: the fabric has no liveness checks
+
     # fabric side
 
     def deliver(self, data: bytes) -> None:

@@ -165,7 +165,8 @@ def test_the_rotation_skips_no_peer_while_others_come_and_go() -> None:
     from types import SimpleNamespace
 
     member = SimpleNamespace(network=SimpleNamespace(peer_id=identity("watcher").peer_id), _pulling={},
-                             _pull_after=b"")
+                             _pull_after=b"", _ring_keys={})
+    member._ring_key = lambda peer: Member._ring_key(member, peer)  # type: ignore[arg-type]
     stable = [identity(f"stable-{i}").peer_id for i in range(12)]
     churn = [identity(f"churn-{i}").peer_id for i in range(60)]
     last: dict[str, int] = {}

@@ -50,6 +50,8 @@ def test_a_members_metrics_move_while_it_works_and_parse(tmp_path) -> None:
         assert after["swarm_model_calls_total{role=scorer}"] > 0
         assert after["swarm_gossip_delivery_seconds_count{role=scorer}"] > 0
         assert after["swarm_reorganisations_total{role=scorer}"] == 0
+        assert after["swarm_sync_bytes_in_total{role=scorer}"] > 0 and after["swarm_sync_bytes_out_total{role=scorer}"] > 0
+        assert "swarm_own_stalls_total{role=scorer}" in after and "swarm_liveness_kept_total{role=scorer}" in after
         assert any(k.startswith("swarm_model_call_seconds_count{kind=") and v > 0 for k, v in after.items())
         # tokens by kind (the scripted stand-in generates none; llama and openai count theirs)
         assert any(k.startswith("swarm_model_tokens_total{kind=") for k in after), sorted(after)
