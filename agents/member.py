@@ -552,10 +552,12 @@ class Member:
 
     def _drop_wedged_pulls(self) -> None:
         """A pull that has not moved for ``WEDGED_AFTER`` ignored its deadline: drop its
-        peer's connection (once) to break it."""
+        peer's connection (once) to break it, unless this process itself stalled meanwhile (at
+        a wake every pull in flight looks old; the adapter's open rule says the same)."""
         now = trio.current_time()
         for peer, moved in list(self._pulling.items()):
-            if now - moved > WEDGED_AFTER and peer not in self._wedged:
+            if now - moved > WEDGED_AFTER and peer not in self._wedged \
+                    and not self.network.stalled_since(now - WEDGED_AFTER):
                 self._wedged.add(peer)
                 self.stats.sync_timeouts += 1
                 self._log.warning("sync pull wedged: it outlived its deadline; dropping the connection",

@@ -108,3 +108,8 @@ class Network(Protocol):
     def counters(self) -> dict[str, int]:
         """The transport's own counts, for metrics (names from ``agents.metrics``)."""
         ...
+
+    def stalled_since(self, start: float) -> bool:
+        """Whether this process itself stopped running after trio time ``start``: a deadline
+        that passed meanwhile says nothing about the peer."""
+        ...

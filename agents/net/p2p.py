@@ -143,6 +143,9 @@ class Libp2pNetwork:
     def counters(self) -> dict[str, int]:
         return {"own_stalls": self.liveness.stalls.stalls, "liveness_kept": self.liveness.kept}
 
+    def stalled_since(self, start: float) -> bool:
+        return self.liveness.stalls.stalled_since(start)
+
     async def publish(self, data: bytes) -> None:
         await self._pubsub.publish(self.topic, data)
 

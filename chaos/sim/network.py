@@ -327,6 +327,9 @@ class SimNetwork:
     def counters(self) -> dict[str, int]:
         return {}  # no pings and no stalls of its own: the fabric has no liveness checks
 
+    def stalled_since(self, start: float) -> bool:
+        return False  # a paused simulated member stops its tasks; virtual time never stalls
+
     # fabric side
 
     def deliver(self, data: bytes) -> None:
