@@ -4,9 +4,9 @@ Everything runs under one nursery (``Member.run``):
 
 * **receive**: gossip payloads go through the intake (verify, drift hold); new
   events are stored (durable) and indexed, and the tree is folded again;
-* **sync**: pull from each peer when its connection opens, from every peer
-  every ``SYNC_INTERVAL``, and at once when the fold shows a gap in a feed;
-  serve other members' pulls;
+* **sync** (``agents.syncing``): pull from a new connection, from the next few
+  peers of a rotation every ``SYNC_INTERVAL``, and at once when the fold shows a
+  gap in a feed; serve other members' pulls;
 * **act** (every role but the observer): ask the role's policy what to do
   given the tree and our hybrid clock, and carry the intents out: claims and
   renewals at once, model calls one at a time in a worker thread;
@@ -18,8 +18,6 @@ lost, other members' periodic pulls fetch them.
 
 from __future__ import annotations
 
-import bisect
-import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -32,30 +30,23 @@ import trio
 from agents.core.admission import Credentials
 from agents.core.author import Author
 from agents.core.clock import HybridClock
-from agents.core.events import AnyBody, Event, EventRefused, ResultBody
+from agents.core.events import AnyBody, Event, ResultBody
 from agents.core.fold import fold
 from agents.core.intake import Admitted, Held, Intake, Refused
 from agents.core.sync import EventIndex
 from agents.core.transitions import Transition, changes
 from agents.core.tree import PlanTree
-from agents.decoding import decode_frame
 from agents.llm.base import Backend
 from agents.metrics import MemberMetrics, Snapshot
-from agents.net.base import FrameTooLarge, MeteredStream, Network, PeerStream, StreamClosed
+from agents.net.base import Network
 from agents.ownfeed import OwnFeed
 from agents.roles import POLICIES, THINKING, Intent, Me, Renew
 from agents.roles.compose import compose, latency_key
 from agents.store import EventStore, StoreError
-from agents.syncproto import SyncProtocolError, SyncRefused, pull, serve_pull
+from agents.syncing import MemberSync
 
 log = structlog.get_logger("swarm.member")
 
-SYNC_INTERVAL = 3.0
-SYNC_FANOUT = 3  # peers pulled from per SYNC_INTERVAL, whatever the size of the cluster
-PULL_DEADLINE = 10.0  # a pull or serve that moves nothing this long is dropped (the dial counts)
-PULL_LIMIT = 300.0  # a whole pull or serve, however much it moves: a drip-feeding peer is cut too
-WEDGED_AFTER = PULL_DEADLINE + 2 * SYNC_INTERVAL  # a pull this long without progress ignored its cancellation
-MAX_SERVING = 16  # sync streams served at once: each may hold one frame in reassembly
 MUTE_WARNING_S = 30.0  # how often a member that cannot sign yet says why
 ACT_INTERVAL = 0.25
 RENEW_SPACING_FRACTION = 0.25  # at most one renewal per quarter lease
@@ -110,7 +101,7 @@ class HoldingStill(RuntimeError):
     """``publish`` after ``hold_still``: the member signs nothing more."""
 
 
-class Member:
+class Member(MemberSync):
     def __init__(
         self,
         credentials: Credentials,
@@ -324,146 +315,6 @@ class Member:
         async for raw in self.network.gossip:
             self.receive(raw)
 
-    async def _serve(self, stream: PeerStream) -> None:
-        if self._serving >= MAX_SERVING:  # what peers can make us buffer stays bounded
-            self.stats.sync_violations += 1
-            self._log.warning("sync refused: too many streams at once", peer=stream.peer[-8:], limit=MAX_SERVING)
-            await stream.abort()  # a reset, not a close: what it still sends is dropped, not buffered
-            return
-        self._serving += 1
-        started = trio.current_time()
-        metered = MeteredStream(stream)
-        try:
-            # a puller that stalls holds nothing for long; one that keeps asking is served
-            with trio.CancelScope(deadline=started + PULL_DEADLINE) as scope:
-                def moved() -> None:
-                    scope.deadline = min(started + PULL_LIMIT, trio.current_time() + PULL_DEADLINE)
-
-                await serve_pull(metered, self.index, self.credentials, on_need=moved)
-            if scope.cancelled_caught:
-                self.stats.sync_timeouts += 1
-                self._log.warning("sync serve timed out", peer=stream.peer[-8:], deadline_s=PULL_DEADLINE,
-                                  running_s=round(trio.current_time() - started, 1))
-                await stream.abort()
-        except SyncRefused as exc:
-            self.stats.sync_refused += 1
-            self._log.warning("sync refused", peer=stream.peer[-8:], reason=str(exc)[:200])
-            await stream.abort()
-        except (FrameTooLarge, SyncProtocolError) as exc:
-            self.stats.sync_violations += 1
-            self._log.warning("sync peer broke the protocol", peer=stream.peer[-8:], reason=str(exc)[:200])
-            await stream.abort()
-        except StreamClosed as exc:
-            self._log.debug("sync serve ended", peer=stream.peer[-8:], reason=str(exc)[:200])
-        finally:
-            self._serving -= 1
-            self.stats.sync_bytes_in += metered.received
-            self.stats.sync_bytes_out += metered.sent
-
-    async def pull_from(self, peer: str) -> int:
-        """Pull what ``peer`` has and we lack. Returns how many new events we stored.
-        One pull per peer at a time: a second waits for the running one to end, then pulls
-        (two at once fetched and verified the same events twice)."""
-        while (running := self._pull_done.get(peer)) is not None:
-            await running.wait()
-        return await self._pull_registered(peer, self._register_pull(peer))
-
-    def _register_pull(self, peer: str) -> trio.Event:
-        done = self._pull_done[peer] = trio.Event()
-        self._pulling[peer] = trio.current_time()
-        return done
-
-    async def _pull_registered(self, peer: str, done: trio.Event) -> int:
-        try:
-            return await self._pull(peer)
-        finally:
-            del self._pulling[peer]
-            del self._pull_done[peer]
-            self._wedged.discard(peer)
-            done.set()
-
-    async def _pull(self, peer: str) -> int:
-        """One pull. Each events frame is verified and stored as it arrives (one frame held
-        at a time), and the tree is folded once at the end: a 100k-event catch-up is about a
-        hundred frames, and folding after each made it quadratic. The deadline counts from
-        the last frame, up to ``PULL_LIMIT`` in all."""
-        started = trio.current_time()
-        scope = trio.CancelScope(deadline=started + PULL_DEADLINE)
-        added = 0
-        whole = False
-
-        def frame(raws: list[bytes]) -> None:
-            nonlocal added
-            added += self._take_synced(raws)
-            now = self._pulling[peer] = trio.current_time()
-            scope.deadline = min(started + PULL_LIMIT, now + PULL_DEADLINE)
-            for round_scope in self._sync_rounds:
-                round_scope.deadline = max(round_scope.deadline, now + PULL_DEADLINE + 2 * SYNC_INTERVAL)
-
-        try:
-            with trio.move_on_at(scope.deadline) as dial:  # the dial counts: a peer that stalls costs one pull
-                stream = await self.network.open_stream(peer)
-        except StreamClosed as exc:
-            self.stats.sync_open_failed += 1
-            self._log.debug("sync open failed", peer=peer[-8:], reason=repr(exc)[:200])
-            return 0
-        if dial.cancelled_caught:
-            self.stats.sync_open_failed += 1
-            self._log.debug("sync open failed", peer=peer[-8:], reason="timed out")
-            return 0
-        stream = MeteredStream(stream)
-        try:
-            with scope:
-                await pull(stream, self.index, self.credentials,
-                           known=lambda event_id: self.intake.knows(event_id), on_events=frame)
-            if scope.cancelled_caught:
-                self.stats.sync_timeouts += 1
-                self._log.warning("sync pull timed out", peer=peer[-8:], deadline_s=PULL_DEADLINE,
-                                  running_s=round(trio.current_time() - started, 1), stored=added)
-        except SyncRefused as exc:
-            self.stats.sync_refused += 1
-            self._log.warning("sync refused", peer=peer[-8:], reason=str(exc)[:200])
-        except (FrameTooLarge, SyncProtocolError) as exc:
-            self.stats.sync_violations += 1
-            self._log.warning("sync peer broke the protocol", peer=peer[-8:], reason=str(exc)[:200])
-        except StreamClosed as exc:
-            self._log.info("sync failed", peer=peer[-8:], reason=str(exc)[:200])
-        else:
-            whole = not scope.cancelled_caught  # only a whole pull shows all the peer holds of ours
-        finally:
-            await stream.aclose()
-            self.stats.sync_bytes_in += stream.received
-            self.stats.sync_bytes_out += stream.sent
-            if added:  # what earlier frames stored counts even when a later one failed
-                self._refold()
-        if whole:
-            self._learned_own_feed(peer)
-        self._log.debug("pulled", peer=peer[-8:], added=added)
-        if self.metrics is not None:
-            self.metrics.pulled(added)
-        if added:
-            self._log.info("synced", peer=peer[-8:], events=added)
-            if self._trace:
-                self._trace(f"pulled {added} event(s) from {peer[-8:]}")
-        return added
-
-    def _take_synced(self, raws: list[bytes]) -> int:
-        """Verify, screen and store one frame of synced events (folded by the caller)."""
-        events = []
-        for raw, decoded in zip(raws, decode_frame(raws), strict=True):
-            if isinstance(decoded, EventRefused):
-                answer = self.intake.refuse_bytes(raw, decoded)  # the same bad bytes count once
-            else:
-                answer = self.intake.admit(decoded)
-            event = self._take(answer, "sync")
-            if event is not None:
-                events.append(event)
-        added = self._admit(events, "sync", refold=False) if events else 0
-        if len(events) <= 100:  # per-event records only for small batches (benchmarks read them)
-            for event in events:
-                self._log.debug("admitted", event_id=event.id, via="sync")
-        return added
-
     def _learned_own_feed(self, peer: str) -> None:
         """After a completed pull: whatever a peer held of our own feed is ours now."""
         if self.own is None or self.author is None:
@@ -471,98 +322,6 @@ class Member:
         own = [e for e in self.index.events() if e.author == self.author.peer_id]
         if self.own.learned(own, self.tree, peer, len(self.network.connected_peers())) and own:
             self._log.warning("recovered own feed from a peer", seq=self.author.seq)
-
-    async def sync_all(self) -> int:
-        """Pull from every connected peer at once, until each pull ends; a slow or stalled peer
-        delays nobody else. For one-shot tools; a running member pulls from ``_sync_loop``.
-
-        The round as a whole is bounded too: once no pull has moved for a while (a close that
-        hangs on a blackholed connection) it is cancelled rather than stalling the caller."""
-        counts: list[int] = []
-
-        async def one(peer: str) -> None:
-            counts.append(await self.pull_from(peer))
-
-        with trio.move_on_after(PULL_DEADLINE + 2 * SYNC_INTERVAL) as round_scope:
-            self._sync_rounds.add(round_scope)
-            try:
-                async with trio.open_nursery() as nursery:
-                    for peer in self.network.connected_peers():
-                        nursery.start_soon(one, peer)
-            finally:
-                self._sync_rounds.discard(round_scope)
-        if round_scope.cancelled_caught:
-            self.stats.sync_timeouts += 1
-            self._log.warning("sync round cut short: a pull outlived its deadline")
-        return sum(counts)
-
-    async def _connection_loop(self, nursery: trio.Nursery) -> None:
-        """A newly connected peer (a start, a heal) is pulled from at once, unless
-        ``SYNC_FANOUT`` pulls already run: a member joining fifty peers asks three, not fifty,
-        for the same events; the rotation reaches the others."""
-        async for peer in self.network.connections:
-            if len(self._pulling) < SYNC_FANOUT:
-                self._start_pull(nursery, peer)
-
-    async def _sync_loop(self, nursery: trio.Nursery) -> None:
-        """Every ``SYNC_INTERVAL`` (sooner when asked), pull from the next ``SYNC_FANOUT``
-        connected peers in this member's rotation (``_next_pulls``), so the pulls a cluster
-        makes grow with its members, not with their square. Pulls are never awaited together:
-        one that cannot be cancelled (a transport that shields its cleanup from us) holds up
-        its own peer and no other."""
-        while True:
-            with trio.move_on_after(SYNC_INTERVAL):
-                await self.sync_now.wait()
-            self.sync_now = trio.Event()
-            self.stats.sync_rounds += 1
-            self._drop_wedged_pulls()
-            for peer in self._next_pulls(self.network.connected_peers()):
-                self._start_pull(nursery, peer)
-
-    def _next_pulls(self, connected: list[str]) -> list[str]:
-        """The next ``SYNC_FANOUT`` peers with no pull running, in a rotation over the connected
-        peers that every member orders its own way (by a hash of its id and theirs), so that
-        no peer is everyone's first choice. The rotation goes on from the last peer chosen,
-        by its key, not by a position: peers joining or leaving make it skip nobody. Every
-        connected peer is reached within ceil(peers / SYNC_FANOUT) rounds; no random source,
-        no arrival order."""
-        ring = sorted((self._ring_key(peer), peer) for peer in connected)
-        start = bisect.bisect_right([key for key, _ in ring], self._pull_after)
-        chosen: list[str] = []
-        for key, peer in ring[start:] + ring[:start]:
-            if peer not in self._pulling:
-                chosen.append(peer)
-                self._pull_after = key
-                if len(chosen) == SYNC_FANOUT:
-                    break
-        return chosen
-
-    def _ring_key(self, peer: str) -> bytes:
-        key = self._ring_keys.get(peer)
-        if key is None:
-            if len(self._ring_keys) > 4096:  # peers come and go: keep the memo bounded
-                self._ring_keys.clear()
-            key = self._ring_keys[peer] = hashlib.sha256(self.network.peer_id.encode() + peer.encode()).digest()
-        return key
-
-    def _start_pull(self, nursery: trio.Nursery, peer: str) -> None:
-        """Start a pull from ``peer`` unless one is running."""
-        if peer not in self._pull_done:
-            nursery.start_soon(self._pull_registered, peer, self._register_pull(peer))
-
-    def _drop_wedged_pulls(self) -> None:
-        """A pull that has not moved for ``WEDGED_AFTER`` ignored its deadline: drop its
-        peer's connection (once) to break it, unless this process itself stalled meanwhile (at
-        a wake every pull in flight looks old; the adapter's open rule says the same)."""
-        now = trio.current_time()
-        for peer, moved in list(self._pulling.items()):
-            if now - moved > WEDGED_AFTER and peer not in self._wedged \
-                    and not self.network.stalled_since(now - WEDGED_AFTER):
-                self._wedged.add(peer)
-                self.stats.sync_timeouts += 1
-                self._log.warning("sync pull wedged: it outlived its deadline; dropping the connection",
-                                  peer=peer[-8:], still_s=round(now - moved, 1))
-                self.network.drop(peer)
 
     async def _release_loop(self) -> None:
         while True:

@@ -18,9 +18,10 @@ import trio
 import trio.testing
 
 from agents.core.sync import EventIndex
-from agents.member import PULL_DEADLINE, SYNC_FANOUT, SYNC_INTERVAL, WEDGED_AFTER, Member
+from agents.member import Member
 from agents.net.base import MAX_FRAME_BYTES, PeerStream, StreamClosed
 from agents.store import EventStore
+from agents.syncing import PULL_DEADLINE, SYNC_FANOUT, SYNC_INTERVAL, WEDGED_AFTER
 from agents.syncproto import serve_pull
 from chaos.sim.identities import EPOCH_MS
 from chaos.sim.network import SimFabric, SimNetwork
