@@ -450,10 +450,11 @@ def decode_unverified(raw: bytes) -> tuple[Event, bytes]:
             raise EventRefused("json", fraction, ref) from None
         raise EventRefused("schema", _schema_detail(exc), ref) from None
     ref = event.id[:16]
-    values = event.model_dump(mode="json")
+    values = event.model_dump(mode="json", exclude={"id", "sig"})
     # no float scan: the strict schema has no field a float can reach (``2.0`` for an int
     # is refused above, as ``json``), and the scan was a tenth of decoding
-    canonical = canonical_bytes(values, check=False)
+    unsigned = canonical_bytes(values, check=False)
+    canonical = _with_id_and_sig(unsigned, event.id, event.sig)
     if raw != canonical:
         raise _not_canonical(raw, canonical, ref)
     event._wire = canonical
@@ -462,14 +463,25 @@ def decode_unverified(raw: bytes) -> tuple[Event, bytes]:
         public_key_of(event.author)
     except BadPeerIdError as exc:
         raise EventRefused("author", str(exc), ref) from None
-    unsigned = {key: value for key, value in values.items() if key not in ("id", "sig")}
-    message = _SIGNING_DOMAIN + canonical_bytes(unsigned, check=False)
+    message = _SIGNING_DOMAIN + unsigned
     recomputed = sha256_hex(message)
     if recomputed != event.id:
         raise EventRefused(
             "id", f"claims id {event.id[:16]} but its content hashes to {recomputed[:16]}", ref
         )
     return event, message
+
+
+def _with_id_and_sig(unsigned: bytes, event_id: str, sig: str) -> bytes:
+    """The canonical bytes of the whole event from those of its unsigned part, without encoding
+    it twice: with sorted keys ``id`` goes just before ``prev`` and ``sig`` just before
+    ``ticket``. The last ``,"prev":`` and ``,"ticket":`` are the top-level keys: only the
+    role, seq, ticket (base64) and v follow them, and none can hold a quote. Both inserted
+    values are hex and base64 (the schema's patterns), which JSON never escapes."""
+    at_prev = unsigned.rindex(b',"prev":')
+    at_ticket = unsigned.rindex(b',"ticket":')
+    return b"".join((unsigned[:at_prev], b',"id":"', event_id.encode(), b'"', unsigned[at_prev:at_ticket],
+                     b',"sig":"', sig.encode(), b'"', unsigned[at_ticket:]))
 
 
 def check_signature(event: Event, message: bytes) -> None:
