@@ -88,11 +88,17 @@ lint: install-core
 LLM ?= llama
 CLUSTER ?= lab
 LAB_DIR ?= $(abspath $(OUT))/lab
-LAB_MEMBERS := decomposer-1:decomposer decomposer-2:decomposer decomposer-3:decomposer \
-  scorer-1:scorer scorer-2:scorer scorer-3:scorer executor-1:executor executor-2:executor executor-3:executor \
-  observer:observer
+# The cluster's shape (up to 50 members): the compose file for it is written into LAB_DIR
+# (chaos/docker/compose.py; the top-level docker-compose.yml is the default 3/3/3/1).
+DECOMPOSERS ?= 3
+SCORERS ?= 3
+EXECUTORS ?= 3
+OBSERVERS ?= 1
+SHAPE := $(DECOMPOSERS)/$(SCORERS)/$(EXECUTORS)/$(OBSERVERS)
+LAB_MEMBERS = $(shell $(BIN)/python -m chaos.docker.compose --shape $(SHAPE) --members)
 IMAGE := swarm-plan:0.1.0
-COMPOSE = $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose) -p swarm-plan
+COMPOSE_FILE = $(if $(wildcard $(LAB_DIR)/docker-compose.yml),$(LAB_DIR)/docker-compose.yml,docker-compose.yml)
+COMPOSE = $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose) -p swarm-plan -f $(COMPOSE_FILE)
 COMPOSE_ENV = LLM=$(LLM) CLUSTER=$(CLUSTER) OUT_DIR=$(abspath $(OUT)) LAB_DIR=$(LAB_DIR) \
   SWARM_MODEL_FILE=$$(if [ "$(LLM)" = llama ]; then $(BIN)/swarm model | sed -n 's/^  path *//p'; else echo /dev/null; fi)
 SWARM_TIMEOUT ?= 1800
@@ -121,12 +127,17 @@ $(PROMETHEUS_BIN):
 # Admission for the compose cluster (idempotent): the authority once, a ticket per member.
 admit: install-core
 	@mkdir -p $(OUT)
+	@if [ -f $(LAB_DIR)/shape ] && [ "$$(cat $(LAB_DIR)/shape)" != "$(SHAPE)" ]; then \
+	  echo "$(LAB_DIR) holds a cluster of shape $$(cat $(LAB_DIR)/shape) (decomposers/scorers/executors/observers), not $(SHAPE): 'make swarm-down' removes it first" >&2; exit 2; fi
+	@$(BIN)/python -m chaos.docker.compose --shape $(SHAPE) --check
 	@[ -f $(LAB_DIR)/admin/authority.key ] || $(BIN)/swarm cluster init $(LAB_DIR)/admin --name $(CLUSTER) >/dev/null
 	@for m in $(LAB_MEMBERS) client:client watcher:observer; do \
 	  dir=$(LAB_DIR)/$$( [ "$${m%%:*}" = client ] || [ "$${m%%:*}" = watcher ] || echo members/)$${m%%:*}; \
 	  $(BIN)/swarm admit $(LAB_DIR)/admin --role $${m##*:} --data-dir $$dir --name $${m%%:*} >/dev/null || exit 1; \
 	done
-	@echo "admitted 10 members, a client and an observer in cluster '$(CLUSTER)' ($(LAB_DIR)/admin)"
+	@echo $(SHAPE) > $(LAB_DIR)/shape
+	@$(BIN)/python -m chaos.docker.compose --shape $(SHAPE) --out $(LAB_DIR)
+	@echo "admitted $(words $(LAB_MEMBERS)) members ($(SHAPE)), a client and an observer in cluster '$(CLUSTER)' ($(LAB_DIR)/admin)"
 
 swarm-down:
 	$(COMPOSE) --profile tools --profile metrics down -v --remove-orphans
