@@ -27,6 +27,16 @@ _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
+def _forget_pool() -> None:
+    # a forked child (the simulation's worker processes) inherits the pool but not its
+    # threads: it makes its own
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
 def _workers() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:

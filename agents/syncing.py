@@ -97,7 +97,8 @@ class MemberSync:
         """One pull. Each events frame is verified and stored as it arrives (one frame held
         at a time), and the tree is folded once at the end: a 100k-event catch-up is about a
         hundred frames, and folding after each made it quadratic. The deadline counts from
-        the last frame, up to ``PULL_LIMIT`` in all."""
+        the last frame that answered something asked (``syncproto.pull`` refuses one that
+        answers nothing), up to ``PULL_LIMIT`` in all."""
         started = trio.current_time()
         scope = trio.CancelScope(deadline=started + PULL_DEADLINE)
         added = 0
@@ -142,11 +143,13 @@ class MemberSync:
         else:
             whole = not scope.cancelled_caught  # only a whole pull shows all the peer holds of ours
         finally:
-            await stream.aclose()
+            # before the close, which can be cancelled from outside (a round cut short, a
+            # one-shot ending): what earlier frames stored is folded even then
             self.stats.sync_bytes_in += stream.received
             self.stats.sync_bytes_out += stream.sent
-            if added:  # what earlier frames stored counts even when a later one failed
+            if added:
                 self._refold()
+            await stream.aclose()
         if whole:
             self._learned_own_feed(peer)
         self._log.debug("pulled", peer=peer[-8:], added=added)
@@ -170,7 +173,7 @@ class MemberSync:
             if event is not None:
                 events.append(event)
         added = self._admit(events, "sync", refold=False) if events else 0
-        if len(events) <= 100:  # per-event records only for small batches (benchmarks read them)
+        if added and len(events) <= 100:  # per-event records only for small batches (benchmarks read them)
             for event in events:
                 self._log.debug("admitted", event_id=event.id, via="sync")
         return added

@@ -124,7 +124,8 @@ def _offer_from(data: Any) -> Offer:
 async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials,
                      on_need: Callable[[], None] = lambda: None) -> int:
     """Answer one peer's pull from our events. Returns how many events we sent.
-    ``on_need`` is told of each need answered (the caller's deadline counts from the last)."""
+    ``on_need`` is told of each need answered with at least one event (the caller's deadline
+    counts from the last)."""
     hello = await _receive(stream, "summary")
     if hello.get("cluster") != me.cluster:
         raise SyncRefused(f"peer is in cluster {hello.get('cluster')!r}, we are in {me.cluster!r}")
@@ -144,7 +145,6 @@ async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials,
         ids = message.get("ids")
         if not isinstance(ids, list) or len(ids) > BATCH:
             raise SyncProtocolError(f"expected a list of at most {BATCH} ids, found {type(ids).__name__}")
-        on_need()
         events, rest, size = [], [], 0
         for position, event_id in enumerate(ids):
             if size >= EVENTS_BUDGET:
@@ -157,6 +157,8 @@ async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials,
                 size += len(wire) + wire.count(b'"') + wire.count(b"\\") + 3
         await stream.send(_encode({"type": "events", "events": events, "rest": rest}))
         sent += len(events)
+        if events:  # a need for nothing we hold is no progress: it does not extend the deadline
+            on_need()
 
 
 async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
@@ -186,6 +188,10 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
         if (not isinstance(rest, list) or not all(isinstance(i, str) for i in rest)
                 or not set(rest) <= set(asked) or (rest and not events)):
             raise SyncProtocolError("expected 'rest' to list asked ids left out after at least one event")
+        if rest and len(set(rest)) >= len(set(asked)):
+            # every asked id left for later: a frame that answers nothing would keep a pull
+            # (whose deadline counts from its last frame) going with no end
+            raise SyncProtocolError("an events frame answered none of the asked ids and left them all in 'rest'")
         try:
             frame = [e.encode() for e in events]
         except UnicodeEncodeError:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -253,6 +254,13 @@ class Event(_Strict):
     def __eq__(self, other: object) -> bool:
         # the fields alone: the cached bytes are a function of them
         return isinstance(other, Event) and self.__dict__ == other.__dict__
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Event:
+        # a copy with changed fields must not keep the original's bytes
+        copy = super().model_copy(update=update, deep=deep)
+        if update:
+            copy._wire = None
+        return copy
 
     @property
     def kind(self) -> Kind:

@@ -33,3 +33,42 @@ def test_a_frame_decoded_in_parallel_is_each_event_decoded_alone_in_order() -> N
     assert [expected[i] for i in (7, 100, 150, len(raws) - 1)] == ["signature", "canonical", "json", "id"]
     # an event's cached bytes are what it was decoded from
     assert all(item.to_wire() == raw for item, raw in zip(got, raws, strict=True) if isinstance(item, Event))
+
+
+def test_an_event_decoded_equals_and_hashes_as_the_one_signed() -> None:
+    feed = Feed("writer", "client")
+    signed = feed.at(1_000, goal("Plan a trip", [feed.peer_id], 1))  # no bytes cached yet
+    decoded = decode_event(signed.to_wire())
+    fresh = feed.at(2_000, goal("Plan a trip", [feed.peer_id], 1))
+    assert decoded == signed and hash(decoded) == hash(signed) and decoded != fresh
+    assert signed.model_copy(update={"seq": 9}).to_wire() != signed.to_wire(), "a changed copy kept stale bytes"
+
+
+def _leaf_types(annotation) -> set:
+    """Every type a field annotation can hold, through Annotated, unions, tuples and models."""
+    import typing
+
+    from pydantic import BaseModel
+
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _leaf_types(typing.get_args(annotation)[0])
+    if origin is not None:
+        return set().union(*(_leaf_types(arg) for arg in typing.get_args(annotation) if arg is not Ellipsis))
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return {annotation}.union(*(_leaf_types(f.annotation) for f in annotation.model_fields.values()))
+    return {annotation}
+
+
+def test_no_event_field_can_hold_a_float_so_decoding_may_skip_the_float_scan() -> None:
+    """``decode_unverified`` encodes with ``check=False``: sound only while no field of an
+    event or body can hold a float (or anything untyped that could carry one)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    leaves = _leaf_types(Event)
+    values = {t for t in leaves if not isinstance(t, type) and t is not typing.Any}  # Literal[...] members
+    types = leaves - values
+    assert all(isinstance(v, (int, str)) and not isinstance(v, float) for v in values), values
+    assert {t for t in types if not issubclass(t, BaseModel)} == {int, str, bool, type(None)}, types

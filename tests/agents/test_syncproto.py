@@ -85,7 +85,11 @@ def test_events_frames_stay_within_their_budget_and_everything_still_arrives() -
     assert any(f["rest"] for f, _raw in event_frames)
 
 
-def test_a_server_that_leaves_everything_for_later_is_a_protocol_error_not_a_loop() -> None:
+@pytest.mark.parametrize("padding", [0, 1], ids=["no-event", "one-event-not-asked"])
+def test_a_server_that_leaves_everything_for_later_is_a_protocol_error_not_a_loop(padding: int) -> None:
+    """A frame that leaves every asked id in ``rest`` answers nothing, with or without an event
+    beside them: the puller's deadline counts from its last frame, so such frames would keep a
+    pull going with no end."""
     async def main() -> None:
         me, them = credentials("puller", "observer"), credentials("server", "scorer")
         near, far = pipes(me.identity.peer_id, them.identity.peer_id)
@@ -100,11 +104,12 @@ def test_a_server_that_leaves_everything_for_later_is_a_protocol_error_not_a_loo
                 "authors": {a: [o.after_seq, list(o.ids)] for a, o in offer.authors.items()},
             }).encode())
             need = json.loads(await far.receive())
-            await far.send(json.dumps({"type": "events", "events": [], "rest": need["ids"]}).encode())
+            filler = [e.to_wire().decode() for e in big_results(3)[2:]][:padding]  # an event nobody asked for
+            await far.send(json.dumps({"type": "events", "events": filler, "rest": need["ids"]}).encode())
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stubborn_server)
-            with pytest.raises(SyncProtocolError, match="rest"):
+            with pytest.raises(SyncProtocolError, match="rest"), trio.fail_after(10):  # a loop would hang here
                 await pull(near, EventIndex(), me)
 
     trio.run(main)

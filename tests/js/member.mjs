@@ -242,6 +242,7 @@ async function pull (node, peer) {
         frames.send({ type: 'need', ids: asked })
         const answer = await frames.receive('events')
         if (answer.rest.length && !answer.events.length) throw new Error('events frame with nothing but rest')
+        if (answer.rest.length && new Set(answer.rest).size >= new Set(asked).size) throw new Error('events frame that answered none of the asked ids')
         for (const text of answer.events) if (intake(Buffer.from(text, 'utf8'))) got++
         wanted = answer.rest.filter((id) => asked.includes(id)).concat(wanted)
       }
