@@ -155,10 +155,10 @@ async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials,
                 events.append(wire.decode())
                 # its size inside the frame: quotes and backslashes gain an escape, plus '"",'
                 size += len(wire) + wire.count(b'"') + wire.count(b"\\") + 3
-        await stream.send(_encode({"type": "events", "events": events, "rest": rest}))
-        sent += len(events)
         if events:  # a need for nothing we hold is no progress: it does not extend the deadline
             on_need()
+        await stream.send(_encode({"type": "events", "events": events, "rest": rest}))
+        sent += len(events)
 
 
 async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
