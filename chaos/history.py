@@ -57,6 +57,10 @@ class MemberHistory:
     late: bool = False  # started after the others (a late joiner)
     started_at: float = 0.0
     events: list[Event] = field(default_factory=list)  # what it held at the end (or when it died)
+    # events it held once and lost with a store a fault destroyed (wipe, corrupt), never given
+    # back: they existed, a decision it showed may rest on them, so the union judged by the
+    # safety checkers counts them (seed 1961: a scorer's ballot, its only copy wiped)
+    destroyed: list[Event] = field(default_factory=list)
     digest: str = ""
     complete: bool = False
     completed_at: float | None = None

@@ -25,7 +25,8 @@ from chaos.history import History, MemberHistory
 
 
 def _union(history: History) -> Model:
-    events = {e.id: e for m in history.members.values() for e in m.events}
+    """Every event any member ever held: at the end, or before a fault destroyed its store."""
+    events = {e.id: e for m in history.members.values() for e in (*m.events, *m.destroyed)}
     return Model(events.values())
 
 
@@ -38,7 +39,7 @@ def _models(history: History) -> dict[str, Model]:
 
 
 def _union_model(history: History) -> Model:
-    total = sum(len(m.events) for m in history.members.values())
+    total = sum(len(m.events) + len(m.destroyed) for m in history.members.values())
     cached = history.__dict__.get("_reference_union")
     if cached is None or cached[0] != total:
         cached = history.__dict__["_reference_union"] = (total, _union(history))

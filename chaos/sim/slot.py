@@ -128,6 +128,9 @@ class Slot:
             lost = tuple(sorted(held_before - after))
             fault = flag if flag in ("wipe", "corrupt") else ""
             self.record.restarts.append(Restart(self.world.now(), len(held_before), lost, fault, error))
+            if fault or error:  # a store destroyed on purpose, or damaged past opening and moved aside
+                gone = set(lost)
+                self.record.destroyed.extend(e for e in self.record.events if e.id in gone)
         network = self.world.fabric.endpoint(self.identity.peer_id)
         self.member = Member(
             self.world.credentials(self.identity, self.role), self.store, network,

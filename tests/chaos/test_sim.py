@@ -94,6 +94,22 @@ def test_a_restarted_member_comes_back_from_its_store() -> None:
     assert any("previously held events still there" in v.evidence for v in durability)
 
 
+def test_a_decision_whose_only_evidence_a_wiped_store_took_is_still_judged_by_it() -> None:
+    """Seed 1961: scorer-0 casts the second approving ballot, shows the split accepted, crashes
+    before its ballot reaches anyone, and comes back with its store wiped (key kept: it never
+    signs again). The ballot existed; the union the safety checkers judge holds it, so the
+    split shown is the quorum's (judged against survivors' stores alone, it was 'accepted by
+    nothing'), and no member ever showed another."""
+    history = run_seed(SimConfig(seed=1961, faults=frozenset(FAULT_KINDS))).history
+    wiped = [r for r in history.members["scorer-0"].restarts if r.fault == "wipe"]
+    assert wiped and wiped[0].lost, "the seed no longer wipes the store that held the ballot"
+    assert {e.id for e in history.members["scorer-0"].destroyed} == set(wiped[0].lost)
+    verdicts = {v.invariant: v for v in check(history)}
+    assert verdicts["quorum_safety"].passed, verdicts["quorum_safety"].evidence
+    assert verdicts["no_revocation"].passed
+    assert any(s.kind == "split" and s.after for s in history.members["scorer-0"].shown)
+
+
 def test_bad_fault_names_are_refused_with_the_choices() -> None:
     with pytest.raises(FaultSpecError, match=r"unknown fault kind.*partiton.*choose from"):
         parse_faults("partiton,crash")
