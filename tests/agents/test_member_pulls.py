@@ -53,6 +53,20 @@ class WedgingNetwork(SimNetwork):
         return self.we_stalled
 
 
+async def _watcher_and_holder(nursery: trio.Nursery, tmp_path: Path, network: SimNetwork, holder_id: str,
+                              serve) -> tuple[Member, SimNetwork]:
+    """An observer member on ``network`` (already attached to its fabric) and a holder endpoint
+    that answers pulls with ``serve``; neither is brought up yet."""
+    watcher = Member(credentials("watcher", "observer"), EventStore.open(tmp_path / "watcher"), network,
+                     think_in_thread=False, now_ms=lambda: EPOCH_MS + int(trio.current_time() * 1000))
+    network.attach(nursery)
+    await nursery.start(watcher.run)
+    holder = network.fabric.endpoint(holder_id)
+    holder.serve(serve)
+    holder.attach(nursery)
+    return watcher, holder
+
+
 @pytest.mark.parametrize("we_stalled", [False, True], ids=["peer-wedged", "we-stalled"])
 def test_a_pull_that_ignores_cancellation_does_not_stop_sync_with_other_peers(tmp_path: Path,
                                                                                   we_stalled: bool) -> None:
@@ -75,13 +89,7 @@ def test_a_pull_that_ignores_cancellation_does_not_stop_sync_with_other_peers(tm
             fabric.weather.loss = 1.0  # no gossip at all: only pulls carry events
             network = WedgingNetwork(fabric, watcher_id, wedged=silent_id)
             network.we_stalled = we_stalled
-            watcher = Member(credentials("watcher", "observer"), EventStore.open(tmp_path / "watcher"), network,
-                             think_in_thread=False, now_ms=now_ms)
-            network.attach(nursery)
-            await nursery.start(watcher.run)
-            holder = fabric.endpoint(holder_id)
-            holder.serve(serve)
-            holder.attach(nursery)
+            watcher, holder = await _watcher_and_holder(nursery, tmp_path, network, holder_id, serve)
             for endpoint in (network, holder, fabric.endpoint(silent_id)):  # the silent one never answers
                 fabric.bring_up(endpoint)
             await trio.sleep(WEDGED_AFTER + 10)  # the first pull to the silent peer is still running
@@ -248,13 +256,7 @@ def _slow_holder(tmp_path: Path, events: int, delay: float, during=None, frames:
             fabric = SimFabric(random.Random(0), nursery)
             fabric.weather.loss = 1.0  # only pulls carry events
             network = CountingNetwork(fabric, identity("watcher").peer_id)
-            watcher = Member(credentials("watcher", "observer"), EventStore.open(tmp_path / "watcher"), network,
-                             think_in_thread=False, now_ms=now_ms)
-            network.attach(nursery)
-            await nursery.start(watcher.run)
-            holder = fabric.endpoint(holder_id)
-            holder.serve(serve)
-            holder.attach(nursery)
+            watcher, holder = await _watcher_and_holder(nursery, tmp_path, network, holder_id, serve)
             fabric.bring_up(network)
             fabric.bring_up(holder)
             started = trio.current_time()
