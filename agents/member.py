@@ -40,7 +40,7 @@ from agents.llm.base import Backend
 from agents.metrics import MemberMetrics, Snapshot
 from agents.net.base import Network
 from agents.ownfeed import OwnFeed
-from agents.roles import POLICIES, THINKING, Intent, Me, Renew
+from agents.roles import POLICIES, THINKING, Claim, Intent, Me, Renew
 from agents.roles.compose import compose, latency_key
 from agents.store import EventStore, StoreError
 from agents.syncing import MemberSync
@@ -50,6 +50,7 @@ log = structlog.get_logger("swarm.member")
 MUTE_WARNING_S = 30.0  # how often a member that cannot sign yet says why
 ACT_INTERVAL = 0.25
 RENEW_SPACING_FRACTION = 0.25  # at most one renewal per quarter lease
+MODEL_RETRY_MAX_S = 30.0  # an unreachable model is tried again after 1, 2, 4, ... up to this many seconds
 
 
 def describe(event: Event) -> str:
@@ -169,6 +170,8 @@ class Member(MemberSync):
         self._pull_after = b""  # the rotation's key of the last peer pulled from
         self._ring_keys: dict[str, bytes] = {}  # peer -> its key in this member's rotation
         self._model_busy = False
+        self._model_down_until = 0.0  # trio time before which no model work starts (it was unreachable)
+        self._model_failures = 0  # calls in a row that could not reach the model
         self._done: set[Intent] = set()
         self._last_renew: dict[str, int] = {}
         self._think_in_thread = think_in_thread
@@ -367,8 +370,10 @@ class Member(MemberSync):
         if self.still:
             return False
         now = self.clock.peek().ms
+        # with the model unreachable, a claim could only be handed back unanswered: wait for it
+        model_down = trio.current_time() < self._model_down_until
         for intent in policy(self.tree, self.me, now):
-            if intent in self._done:
+            if intent in self._done or (model_down and isinstance(intent, (*THINKING, Claim))):
                 continue
             if isinstance(intent, THINKING):
                 if not self._model_busy:
@@ -387,6 +392,23 @@ class Member(MemberSync):
                 return False  # logged; the policy asks again next time (unless holding still)
             return True
         return False
+
+    def _note_model_reach(self, problem: str | None) -> None:
+        """Back off while the model cannot be reached at all (its service down or restarting), and
+        say so once when it goes and once when it comes back."""
+        if problem is None:
+            if self._model_failures:
+                self._log.warning("model reachable again", failed_calls=self._model_failures)
+            self._model_failures = 0
+            return
+        self._model_failures += 1
+        wait = min(MODEL_RETRY_MAX_S, 2.0 ** (self._model_failures - 1))
+        self._model_down_until = trio.current_time() + wait
+        if self._model_failures == 1:
+            self._log.warning("model unreachable: no proposals, votes or claims until it answers again",
+                              problem=problem, retry_in_s=wait)
+        if self.metrics is not None:
+            self.metrics.model_unreachable()
 
     def _claim_gone(self, leaf: str, claim: str) -> bool:
         node = self.tree.nodes.get(leaf)
@@ -409,6 +431,7 @@ class Member(MemberSync):
             else:
                 body = compose(intent, tree, backend, self.me)
             seconds = time.monotonic() - started
+            self._note_model_reach(getattr(backend, "unavailable", None))
             tokens = int(getattr(backend, "tokens", 0) or 0) - tokens_before  # calls run one at a time
             self._log.info("thought", kind=kind, about=key[:10], seconds=round(seconds, 2), tokens=tokens,
                            outcome="failed" if body is None else body.kind)

@@ -90,6 +90,8 @@ class MemberMetrics:
                                        buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300))
         self.tokens = Counter("swarm_model_tokens", "tokens the model generated, by kind", ["role", "kind"],
                               registry=self.registry)
+        self.unreachable = Counter("swarm_model_unreachable", "model calls that could not reach the model at all",
+                                   ["role"], registry=self.registry)
         self.registry.register(_SnapshotCollector(self))  # type: ignore[arg-type]
 
     def delivered(self, latency_ms: int) -> None:
@@ -101,6 +103,9 @@ class MemberMetrics:
     def thought(self, kind: str, seconds: float, tokens: int = 0) -> None:
         self.model_seconds.labels(self.role, kind).observe(seconds)
         self.tokens.labels(self.role, kind).inc(max(0, tokens))
+
+    def model_unreachable(self) -> None:
+        self.unreachable.labels(self.role).inc()
 
     def serve(self, host: str, port: int) -> threading.Thread:
         """Serve ``/metrics`` on HOST:PORT from a daemon thread; raises OSError if it cannot listen."""

@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import select
 import signal
 import socket
 import sqlite3
@@ -110,6 +111,43 @@ def preflight_model(model: str | None) -> None:
     print(f"model {file.name} ({file.path}, sha256 {file.sha256[:16]}...)", flush=True)
 
 
+@dataclass
+class ServiceProc:
+    url: str
+    process: subprocess.Popen[bytes]
+
+    def stop(self) -> None:
+        end_processes([self.process])
+
+
+SERVICE_READY_TIMEOUT = 120.0
+
+
+def start_model_service(members_dir: Path, model: str | None, threads: int, timeout: float) -> ServiceProc:
+    """Start ``swarm model-service`` on a free local port for every member to share; wait for its
+    ready line (the model is loaded by then). Its output goes to ``model-service.log``."""
+    log_path = members_dir / "model-service.log"
+    command = [*swarm_command(), "model-service", "--listen", "127.0.0.1:0", "--request-timeout", str(timeout),
+               "--threads", str(threads),
+               *(("--model", model) if model else ())]
+    with open(log_path, "ab") as log_file:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL)
+    assert process.stdout is not None
+    deadline = time.monotonic() + SERVICE_READY_TIMEOUT
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stdout], [], [], 0.5)
+        line = process.stdout.readline().decode(errors="replace") if ready else ""
+        if line.startswith("model service ready at "):
+            url = line.split()[4]
+            print(line.strip(), "- shared by every member", flush=True)
+            return ServiceProc(url, process)
+        if ready and not line or process.poll() is not None:
+            break
+    end_processes([process])
+    raise CommandError(f"the shared model service did not start (see {log_path}); "
+                       "or run each member with its own model: --model-per-member")
+
+
 def model_usage(procs: list[Proc]) -> dict[str, int | float]:
     """Sum the "model usage" line each member logs when it stops."""
     total: dict[str, int | float] = {"calls": 0, "tokens": 0, "seconds": 0.0}
@@ -166,14 +204,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     llm_extra = ("--llm-threads", str(args.llm_threads), "--llm-timeout", str(args.llm_timeout),
                  *(("--model", args.model) if args.model else ()),
                  *(("--llm-url", args.llm_url) if args.llm_url else ()))
+    service = None
     if args.llm == "llama":
         preflight_model(args.model)
+        if not args.model_per_member:
+            service = start_model_service(members_dir, args.model, threads=args.llm_threads, timeout=args.llm_timeout)
+            llm_extra = ("--llm-url", service.url, "--llm-timeout", str(args.llm_timeout))
+    llm = "openai" if service is not None else args.llm
     started = time.monotonic()
     print(f"starting {len(procs)} members ({args.decomposers} decomposers, {args.scorers} scorers, "
           f"{args.executors} executors, quorum {quorum} of the scorers) in {members_dir}", flush=True)
     try:
         for (role, i), proc in zip(roles, procs, strict=True):
-            start_agent(proc, role, procs, cluster=args.cluster, llm=args.llm,
+            start_agent(proc, role, procs, cluster=args.cluster, llm=llm,
                         llm_latency=args.llm_latency, strategy=STRATEGIES[i % len(STRATEGIES)],
                         llm_extra=llm_extra)
         bootstrap = [arg for p in procs for arg in ("--bootstrap", p.address)]
@@ -199,6 +242,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             report_settled(procs, json.loads((out / "plan.json").read_text()))
     finally:
         stop(procs)
+        if service is not None:
+            service.stop()
     elapsed = time.monotonic() - started
     usage = model_usage(procs)
     if usage["calls"]:
@@ -269,6 +314,9 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     from agents.cli.network import add_llm_options
 
     add_llm_options(plan, latency_default=0.5)
+    plan.add_argument("--model-per-member", action="store_true",
+                      help="llama: load the model in every member (the default is one batched model service "
+                           "shared by all, 'swarm model-service')")
     plan.add_argument("--out", default="out", help="where plan.json, plan.md and members/ go")
     plan.add_argument("--timeout", type=float, default=300.0)
     plan.add_argument("--cluster", default=f"plan-{os.getpid()}")

@@ -65,6 +65,11 @@ class LLMError(RuntimeError):
     """A backend could not answer (model missing, call failed, output unusable)."""
 
 
+class ModelUnavailable(LLMError):
+    """The model cannot be reached at all (its service is down or restarting), as opposed to one bad
+    answer: asking again at once is pointless, so a member waits and tries later."""
+
+
 @runtime_checkable
 class Backend(Protocol):
     """A language model as the roles see it. Implementations must be safe to call from a worker thread."""

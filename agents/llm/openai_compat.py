@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from agents.llm.base import LLMError
+from agents.llm.base import LLMError, ModelUnavailable
 from agents.llm.prompted import PromptedBackend
 
 API_KEY_VARIABLE = "SWARM_LLM_API_KEY"
@@ -52,13 +52,18 @@ class OpenAIBackend(PromptedBackend):
                 )
             try:
                 response = self._client.post(f"{self.url}/chat/completions", json=body)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
+                    httpx.WriteError) as exc:
+                raise ModelUnavailable(f"cannot reach the model server at {self.url}: {exc!r}") from None
             except httpx.HTTPError as exc:
-                raise LLMError(f"cannot reach the model server at {self.url}: {exc!r}") from None
+                raise LLMError(f"the model server at {self.url} failed: {exc!r}") from None
             rejected_form = schema is not None and response.status_code in (400, 422, 500) \
                 and "response_format" in response.text and len(self._schema_forms) > 1
             if not rejected_form:
                 break
             self._schema_forms.pop(0)
+        if response.status_code in (502, 503):
+            raise ModelUnavailable(f"the model server at {self.url} is not ready ({response.status_code})")
         if response.status_code != 200:
             raise LLMError(f"the model server answered {response.status_code}: {response.text[:300]}")
         try:

@@ -15,6 +15,7 @@ from agents.llm.base import (
     DecomposeRequest,
     ExecuteRequest,
     LLMError,
+    ModelUnavailable,
     ScoreRequest,
     Scores,
     Split,
@@ -78,6 +79,18 @@ class PromptedBackend:
         self.calls = 0
         self.tokens = 0
         self.seconds = 0.0
+        self.unavailable: str | None = None  # why the last call could not reach the model at all
+
+    def _call(self, messages: list[dict[str, str]], schema: dict[str, Any] | None, max_tokens: int,
+              allow_cut: bool = False) -> str:
+        """``_generate``, remembering whether the model could be reached (``unavailable``)."""
+        try:
+            text = self._generate(messages, schema, max_tokens, allow_cut)
+        except ModelUnavailable as exc:
+            self.unavailable = str(exc)
+            raise
+        self.unavailable = None
+        return text
 
     def latency_s(self, kind: str, key: str) -> float:
         return 0.0  # a real model simply takes its time
@@ -93,11 +106,13 @@ class PromptedBackend:
         problem = ""
         for _ in range(self.retries + 1):
             try:
-                raw = self._generate(messages, schema, max_tokens)
+                raw = self._call(messages, schema, max_tokens)
                 data = json.loads(raw)
                 if not isinstance(data, dict):
                     raise ValueError("expected a JSON object")
                 return data
+            except ModelUnavailable:
+                raise  # asking again at once cannot help
             except (LLMError, ValueError) as exc:
                 problem = str(exc)
                 messages = [*messages[:2], {"role": "user", "content":
@@ -165,7 +180,9 @@ class PromptedBackend:
         problem = ""
         for _ in range(self.retries + 1):
             try:
-                answer = trim_cut(self._generate(messages, None, max_tokens=180, allow_cut=True))
+                answer = trim_cut(self._call(messages, None, max_tokens=180, allow_cut=True))
+            except ModelUnavailable:
+                raise
             except LLMError as exc:
                 problem = str(exc)
                 continue
