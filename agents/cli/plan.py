@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import select
+import shutil
 import signal
 import socket
 import sqlite3
@@ -141,7 +141,7 @@ def start_model_service(members_dir: Path, model: str | None, threads: int, time
             url = line.split()[4]
             print(line.strip(), "- shared by every member", flush=True)
             return ServiceProc(url, process)
-        if ready and not line or process.poll() is not None:
+        if (ready and not line) or process.poll() is not None:
             break
     end_processes([process])
     raise CommandError(f"the shared model service did not start (see {log_path}); "

@@ -131,7 +131,7 @@ def _handler_for(service: ModelService) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: a member's client reuses its connection
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        def log_message(self, format: str, *args: Any) -> None:
             pass  # every request is logged once, below, through structlog
 
         def _send(self, status: int, payload: dict[str, Any]) -> None:
@@ -146,7 +146,7 @@ def _handler_for(service: ModelService) -> type[BaseHTTPRequestHandler]:
             self._send(status, {"error": {"message": message, "type": "invalid_request_error"
                                           if status < 500 else "server_error"}})
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             if self.path == "/health":
                 self._send(200, {"status": "ok", "model": service.name, "slots": service.model.slots,
                                  "busy": service.model.busy, "served": service.served, "failed": service.failed,
@@ -157,7 +157,7 @@ def _handler_for(service: ModelService) -> type[BaseHTTPRequestHandler]:
             else:
                 self._error(404, f"no such path {self.path}; try POST /v1/chat/completions or GET /health")
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             if self.path != "/v1/chat/completions":
                 self._error(404, f"no such path {self.path}; the service answers POST /v1/chat/completions")
                 return
