@@ -99,15 +99,21 @@ LAB_MEMBERS = $(shell $(BIN)/python -m chaos.docker.compose --shape $(SHAPE) --m
 IMAGE := swarm-plan:0.1.0
 COMPOSE_FILE = $(if $(wildcard $(LAB_DIR)/docker-compose.yml),$(LAB_DIR)/docker-compose.yml,docker-compose.yml)
 COMPOSE = $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose) -p swarm-plan -f $(COMPOSE_FILE)
-COMPOSE_ENV = LLM=$(LLM) CLUSTER=$(CLUSTER) OUT_DIR=$(abspath $(OUT)) LAB_DIR=$(LAB_DIR) \
-  SWARM_MODEL_FILE=$$(if [ "$(LLM)" = llama ]; then $(BIN)/swarm model | sed -n 's/^  path *//p'; else echo /dev/null; fi)
+# LLM=llama: the members share one batched model service (the compose `model` service) over
+# SWARM_MODEL (any GGUF file; default the packaged Qwen 0.5B). LLM_URL=http://HOST:PORT/v1:
+# the members use that OpenAI-compatible server instead and no model service starts.
+LLM_URL ?=
+MODEL_PROFILE = $(if $(and $(filter llama,$(LLM)),$(if $(LLM_URL),,1)),--profile model)
+COMPOSE_ENV = MEMBER_LLM=$(if $(filter scripted,$(LLM)),scripted,openai) $(if $(LLM_URL),LLM_URL=$(LLM_URL)) \
+  CLUSTER=$(CLUSTER) OUT_DIR=$(abspath $(OUT)) LAB_DIR=$(LAB_DIR) \
+  SWARM_MODEL_FILE=$$(if [ -n "$(MODEL_PROFILE)" ]; then $(BIN)/swarm model | sed -n 's/^  path *//p'; else echo /dev/null; fi)
 SWARM_TIMEOUT ?= 1800
 
 WEB_PORT ?= 8080
 PROMETHEUS ?=
 PROMETHEUS_BIN := $(HOME)/.cache/swarm-plan/prometheus/usr/bin/prometheus
 swarm: install image admit $(if $(PROMETHEUS),$(PROMETHEUS_BIN))
-	WEB_PORT=$(WEB_PORT) PROMETHEUS_BIN=$(PROMETHEUS_BIN) PROMETHEUS_WEB=$(dir $(PROMETHEUS_BIN))../share/prometheus/web $(COMPOSE_ENV) $(COMPOSE) $(if $(PROMETHEUS),--profile metrics) up -d
+	WEB_PORT=$(WEB_PORT) PROMETHEUS_BIN=$(PROMETHEUS_BIN) PROMETHEUS_WEB=$(dir $(PROMETHEUS_BIN))../share/prometheus/web $(COMPOSE_ENV) $(COMPOSE) $(MODEL_PROFILE) $(if $(PROMETHEUS),--profile metrics) up -d
 	@echo "the live page: http://127.0.0.1:$(WEB_PORT)/ (the observer's; WEB_PORT=... to move it)"
 	@$(if $(PROMETHEUS),echo "Prometheus: http://127.0.0.1:9090/ (every member's /metrics, found by DNS)")
 	$(COMPOSE_ENV) $(COMPOSE) run --rm client --log-level warning submit "$(GOAL)" --cluster $(CLUSTER) --timeout 120 \
@@ -140,7 +146,7 @@ admit: install-core
 	@echo "admitted $(words $(LAB_MEMBERS)) members ($(SHAPE)), a client and an observer in cluster '$(CLUSTER)' ($(LAB_DIR)/admin)"
 
 swarm-down:
-	$(COMPOSE) --profile tools --profile metrics down -v --remove-orphans
+	$(COMPOSE) --profile tools --profile metrics --profile model down -v --remove-orphans
 	rm -rf $(LAB_DIR)
 
 # The image, built without the network: engine (started if none answers), base image

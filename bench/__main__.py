@@ -1,5 +1,5 @@
 """``make bench``: fold throughput, the time to replay a 100k-event log, simulated seeds/min
-(``bench.sim``), the price of final decisions (``bench.finality``), the networked swarm
+(``bench.sim``), the price of final decisions (``bench.finality``), the shared model service (``bench.model``), the networked swarm
 (``bench.swarm``) and the container lab (``bench.lab``).
 
 Baseline: ``json.loads`` over the same lines, measured in the same run, so the
@@ -38,7 +38,7 @@ def median_seconds(action: Callable[[], object], repeats: int = REPEATS) -> floa
 
 
 def main() -> None:
-    which = sys.argv[1:] or ["core", "sim", "finality", "swarm", "lab"]
+    which = sys.argv[1:] or ["core", "sim", "finality", "model", "swarm", "lab"]
     if "core" in which:
         core()
     if "sim" in which:
@@ -49,6 +49,10 @@ def main() -> None:
         from bench import finality
 
         finality.main()
+    if "model" in which:
+        from bench import model
+
+        model.main()
     if "swarm" in which:
         from bench import swarm
 

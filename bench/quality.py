@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from agents.cli.plan import swarm_command
-from agents.llm.checks import check_split
+from agents.llm.checks import answer_problem, check_split, duplicate_answers
 
 GOALS = (
     "Plan a two-week trip to Japan",
@@ -39,6 +39,22 @@ def report_for(plan: dict) -> dict:
         check = check_split(node["title"], [(c["title"], c["description"]) for c in children])
         splits.append(check)
     leaves = [n for n in plan["nodes"] if n["leaf"]]
+    vague_answers = duplicates = 0
+    for node in plan["nodes"]:
+        if not node["split"]:
+            continue
+        children = [nodes[c] for c in node["children"]]
+        answered = [c for c in children if c["leaf"] and c["result"]]
+        duplicates += duplicate_answers([c["result"] for c in answered])
+        for child in answered:
+            chain = [child["title"]]
+            parent = child
+            while parent["parent"] is not None:
+                parent = nodes[parent["parent"]]
+                chain.append(parent["title"])
+            siblings = tuple(c["title"] for c in children if c is not child)
+            if answer_problem(child["result"], tuple(reversed(chain)), siblings) is not None:
+                vague_answers += 1
     return {
         "complete": plan["complete"],
         "depth": max((n["depth"] for n in plan["nodes"]), default=0),
@@ -48,11 +64,31 @@ def report_for(plan: dict) -> dict:
         "coverage": round(sum(s.coverage for s in splits) / len(splits), 2) if splits else None,
         "max_overlap": round(max((s.max_overlap for s in splits), default=0.0), 2),
         "vague_subgoals": sum(s.vague for s in splits),
+        "vague_answers": vague_answers,
+        "duplicate_answers": duplicates,
         "proposals": len(plan["proposals"]),
         "superseded": sum(1 for p in plan["proposals"] if p["status"] == "superseded"),
         "model_calls": plan.get("model_usage", {}).get("calls"),
         "tokens": plan.get("model_usage", {}).get("tokens"),
     }
+
+
+COMPARED = (("depth", "depth"), ("leaves", "leaves"), ("vague_subgoals", "vague subgoals"),
+            ("vague_answers", "vague answers"), ("duplicate_answers", "duplicate answers"),
+            ("model_calls", "model calls"), ("tokens", "tokens"), ("wall_s", "wall (s)"))
+
+
+def before_after(before: list[dict], after: list[dict]) -> list[str]:
+    """A Markdown table of each goal's figures, before -> after (a figure a run lacks shows as ?)."""
+    earlier = {row["goal"]: row for row in before}
+    lines = ["## Before -> after", "",
+             "| goal | " + " | ".join(label for _, label in COMPARED) + " |",
+             "|---|" + "---:|" * len(COMPARED)]
+    for row in after:
+        old = earlier.get(row["goal"], {})
+        cells = [f"{old.get(key, '?')} -> {row.get(key, '?')}" for key, _ in COMPARED]
+        lines.append(f"| {row['goal']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def main() -> None:
@@ -61,6 +97,8 @@ def main() -> None:
     parser.add_argument("--llm", default="llama")
     parser.add_argument("--out", default="reports/quality")
     parser.add_argument("--timeout", type=float, default=1200)
+    parser.add_argument("--baseline", metavar="REPORT.json",
+                        help="an earlier run's report.json (e.g. of an older commit): add a before/after table")
     args = parser.parse_args()
     out = Path(args.out)
     rows = []
@@ -77,20 +115,23 @@ def main() -> None:
             rows.append((goal, wall, report_for(json.loads(plan_file.read_text()))))
         print(f"{goal}: {wall:.0f} s, {rows[-1][2]}", flush=True)
     lines = [f"# Plan quality ({args.llm})", "",
-             "| goal | wall (s) | complete | depth | leaves done | splits | coverage | max overlap | vague "
-             "| proposals (superseded) | model calls | tokens |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| goal | wall (s) | complete | depth | leaves done | splits | coverage | max overlap | vague subgoals "
+             "| vague answers | duplicate answers | proposals (superseded) | model calls | tokens |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for goal, wall, r in rows:
         if "error" in r:
-            lines.append(f"| {goal} | {wall:.0f} | error: {r['error']} |||||||||")
+            lines.append(f"| {goal} | {wall:.0f} | error: {r['error']} |||||||||||")
             continue
         lines.append(f"| {goal} | {wall:.0f} | {r['complete']} | {r['depth']} | {r['leaves_done']}/{r['leaves']} "
                      f"| {r['splits']} | {r['coverage']} | {r['max_overlap']} | {r['vague_subgoals']} "
+                     f"| {r['vague_answers']} | {r['duplicate_answers']} "
                      f"| {r['proposals']} ({r['superseded']}) | {r['model_calls']} | {r['tokens']} |")
+    report = [{"goal": g, "wall_s": round(w, 1), **r} for g, w, r in rows]
+    if args.baseline:
+        lines += ["", *before_after(json.loads(Path(args.baseline).read_text()), report)]
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text("\n".join(lines) + "\n")
-    (out / "report.json").write_text(json.dumps([{"goal": g, "wall_s": round(w, 1), **r} for g, w, r in rows],
-                                                indent=2) + "\n")
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     print("\n".join(lines))
 
 

@@ -150,7 +150,7 @@ def start_model_service(members_dir: Path, model: str | None, threads: int, time
 
 def model_usage(procs: list[Proc]) -> dict[str, int | float]:
     """Sum the "model usage" line each member logs when it stops."""
-    total: dict[str, int | float] = {"calls": 0, "tokens": 0, "seconds": 0.0}
+    total: dict[str, int | float] = {"calls": 0, "tokens": 0, "seconds": 0.0, "vague_retries": 0, "vague_answers": 0}
     for proc in procs:
         log_file = proc.data_dir / "agent.log"
         if not log_file.exists():

@@ -59,6 +59,8 @@ class ExecuteRequest:
     goal: str
     chain: tuple[str, ...]  # from the goal down to the leaf
     description: str
+    siblings: tuple[str, ...] = ()  # the titles of the other parts of the leaf's parent
+    sibling_answers: tuple[str, ...] = ()  # the results those parts already have
 
 
 class LLMError(RuntimeError):

@@ -80,3 +80,87 @@ def check_split(parent: str, subgoals: list[tuple[str, str]]) -> SplitReport:
     specificity = sum(fresh) / len(fresh) if fresh else 0.0
     vague = sum(1 for share in fresh if share == 0)
     return SplitReport(2 <= len(subgoals) <= 6, duplicates, max(overlaps, default=0.0), coverage, specificity, vague)
+
+
+# --- a subgoal that still needs planning, and an answer that says nothing new ---------------
+
+# A title that opens with one of these names a whole area of work, not one answerable thing:
+# "Plan the itinerary", "Organise transport", "Manage the budget and bookings".
+BROAD_VERBS = frozenset(["plan", "planning", "organise", "organize", "organising", "organizing", "arrange",
+                         "arranging", "manage", "managing", "coordinate", "coordinating", "handle", "prepare",
+                         "preparing", "oversee", "set up", "research and plan", "develop", "execute"])
+_PREAMBLE = re.compile(r"^\s*(certainly|sure|of course|absolutely|here is|here's|here are)\b[^\n]*?(:|!|\.)\s*",
+                       re.IGNORECASE)
+
+
+def needs_planning(title: str, description: str = "") -> str | None:
+    """Why the subgoal ``title`` still needs a plan of its own rather than one answer, or None.
+
+    Judged from its text alone: it opens with a broad verb ("plan", "organise", ...), or
+    it joins two pieces of work ("flights and hotels", "A, B and C")."""
+    lowered = " ".join(_WORD.findall(title.lower()))
+    for verb in BROAD_VERBS:
+        if lowered == verb or lowered.startswith(verb + " "):
+            return f"'{title}' opens with '{verb}': a whole area of work"
+    head = lowered.split(" ", 1)[-1] if " " in lowered else lowered
+    if " and " in f" {head} " and len(key_terms(head)) >= 2:
+        return f"'{title}' joins several pieces of work"
+    return None
+
+
+def strip_preamble(answer: str) -> str:
+    """The answer without a chatty opening line ("Certainly! Here's a plan for ...:")."""
+    stripped = answer.strip()
+    for _ in range(2):  # "Certainly! Here's ...:" is two openings
+        stripped = _PREAMBLE.sub("", stripped, count=1).strip()
+    return stripped or answer.strip()
+
+
+_SPECIFIC = re.compile(r"(?<![.!?:]\s)(?<!^)\b[A-Z][a-zA-Z0-9'-]+|\d+", re.MULTILINE)
+_LIST_ITEM = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+\S", re.MULTILINE)
+
+
+def specifics(answer: str, task_terms: set[str]) -> int:
+    """Names and numbers in ``answer`` that the task did not already say (capitalised words
+    inside a sentence, and figures): what a concrete answer has and a restatement lacks."""
+    return sum(1 for word in _SPECIFIC.findall(answer) if word.lower() not in task_terms)
+
+
+def answer_problem(answer: str, chain: tuple[str, ...], siblings: tuple[str, ...] = (),
+                   sibling_answers: tuple[str, ...] = ()) -> str | None:
+    """Why a leaf's ``answer`` says nothing specific to its leaf, or None if it does.
+
+    ``chain`` runs from the goal down to the leaf; ``siblings`` are the other parts of the
+    same parent, answered separately, and ``sibling_answers`` the answers they already
+    have. An answer is vague when its key terms are nearly all the goal's and the leaf's
+    own words, or it names nothing and counts nothing (it restates the task); off target
+    when it speaks of a sibling's subject and never of its own leaf's, or nearly repeats a
+    sibling's answer."""
+    terms = key_terms(answer)
+    if len(terms) < 4:
+        return "the answer is too short to be concrete"
+    task_terms = set().union(*(key_terms(title) for title in chain)) if chain else set()
+    fresh = terms - task_terms
+    listed = len(_LIST_ITEM.findall(answer))
+    if len(fresh) < 4 or len(fresh) / len(terms) < 0.4 or (specifics(answer, task_terms) < 2 and listed < 3):
+        return "the answer restates the task instead of answering it (names, numbers, choices are missing)"
+    own = key_terms(chain[-1]) - key_terms(" ".join(chain[:-1])) if chain else set()
+    for sibling in siblings:
+        theirs = key_terms(sibling) - task_terms
+        if own and theirs and not (own & terms) and len(theirs & terms) >= max(1, len(theirs) // 2 + 1):
+            return f"the answer is about '{sibling}', another part, not about '{chain[-1]}'"
+    if duplicate_answers([*sibling_answers, answer]) > duplicate_answers(list(sibling_answers)):
+        return "the answer nearly repeats the answer of another part"
+    return None
+
+
+def duplicate_answers(answers: list[str], threshold: float = 0.6) -> int:
+    """How many answers nearly repeat an earlier one (word Jaccard >= ``threshold``)."""
+    seen: list[set[str]] = []
+    duplicates = 0
+    for answer in answers:
+        terms = key_terms(answer)
+        if any(terms and len(terms & other) / len(terms | other) >= threshold for other in seen):
+            duplicates += 1
+        seen.append(terms)
+    return duplicates

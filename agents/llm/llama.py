@@ -19,7 +19,7 @@ from typing import Any
 
 from agents.llm.base import LLMError
 from agents.llm.model_files import ModelFile, ModelFileError, resolve
-from agents.llm.prompted import PromptedBackend
+from agents.llm.prompted import PromptedBackend, trim_cut
 
 
 def grammar_for(schema: dict[str, Any]) -> str:
@@ -82,4 +82,4 @@ class LlamaBackend(PromptedBackend):
         self.tokens += len(self._llama.tokenize("".join(text).encode(), add_bos=False))
         if finish != "stop" and not (allow_cut and finish == "length"):
             raise LLMError(f"the answer was cut off (finish_reason {finish!r})")
-        return "".join(text)
+        return trim_cut("".join(text)) if finish == "length" else "".join(text)

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from agents.llm.base import LLMError, ModelUnavailable
-from agents.llm.prompted import PromptedBackend
+from agents.llm.prompted import PromptedBackend, trim_cut
 
 API_KEY_VARIABLE = "SWARM_LLM_API_KEY"
 
@@ -78,4 +78,4 @@ class OpenAIBackend(PromptedBackend):
         self.tokens += int(usage.get("completion_tokens") or 0)
         if finish != "stop" and not (allow_cut and finish == "length"):
             raise LLMError(f"the answer was cut off (finish_reason {finish!r})")
-        return text
+        return trim_cut(text) if finish == "length" else text

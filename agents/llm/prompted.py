@@ -21,7 +21,7 @@ from agents.llm.base import (
     Split,
     SubgoalDraft,
 )
-from agents.llm.checks import check_split
+from agents.llm.checks import answer_problem, check_split, needs_planning, strip_preamble
 
 SYSTEM = "You are a careful planning assistant. Be concrete and specific. Never restate the task vaguely."
 STRATEGY_HINTS = {
@@ -80,6 +80,8 @@ class PromptedBackend:
         self.tokens = 0
         self.seconds = 0.0
         self.unavailable: str | None = None  # why the last call could not reach the model at all
+        self.vague_retries = 0  # leaf answers asked again because they were vague or off target
+        self.vague_answers = 0  # leaf answers that stayed vague after the last try
 
     def _call(self, messages: list[dict[str, str]], schema: dict[str, Any] | None, max_tokens: int,
               allow_cut: bool = False) -> str:
@@ -98,7 +100,8 @@ class PromptedBackend:
     def _generate(self, messages: list[dict[str, str]], schema: dict[str, Any] | None, max_tokens: int,
                   allow_cut: bool = False) -> str:
         """The answer text. ``finish_reason`` must be "stop", or, with ``allow_cut``, "length"
-        (a free-text answer that reached its token budget is trimmed, not thrown away)."""
+        (a free-text answer that reached its token budget comes back through ``trim_cut``:
+        its unfinished tail dropped, the rest kept; a finished answer is never trimmed)."""
         raise NotImplementedError
 
     def _json(self, prompt: str, schema: dict[str, Any], max_tokens: int) -> dict[str, Any]:
@@ -136,15 +139,17 @@ class PromptedBackend:
                       "different and more specific one.\n" for titles in request.rejected)
             + "Do not repeat the task itself as a subgoal: each subgoal is a distinct part of it. "
               "Each subgoal needs a short specific title that names something concrete (a place, a booking, "
-              "a document, a decision), a one-sentence description, and \"executable\": true if one person "
-              "can do it in one sitting without more planning."
-            + (" All subgoals must be executable." if last_level else "")
+              "a document, a decision) and a one-sentence description"
+            + (". All subgoals will be answered directly." if last_level else
+               ", and \"executable\": true only if one short answer settles it completely (a choice, a "
+               "booking, a list of names or figures, e.g. 'Buy a 14-day rail pass'), false if it is a whole "
+               "area that needs its own plan (e.g. 'Transport', 'Plan the ceremony'); those are split further.")
         )
         data = self._json(prompt, SPLIT_SCHEMA, max_tokens=400)
         subgoals = tuple(
-            SubgoalDraft(str(s["title"]).strip()[:120], str(s["description"]).strip()[:1000],
-                         bool(s["executable"]) or last_level)
-            for s in data["subgoals"] if str(s["title"]).strip()
+            SubgoalDraft(title, str(s["description"]).strip()[:1000],
+                         last_level or (bool(s["executable"]) and needs_planning(title) is None))
+            for s in data["subgoals"] if (title := str(s["title"]).strip()[:120])
         )
         if len(subgoals) < 2:
             raise LLMError("the model proposed fewer than 2 usable subgoals")
@@ -169,24 +174,38 @@ class PromptedBackend:
         return Scores(clarity, non_overlap, coverage, approve, reason)
 
     def execute(self, request: ExecuteRequest) -> str:
-        messages = [
-            {"role": "system", "content": SYSTEM},
-            {"role": "user", "content": (
-                f"Overall goal: {request.goal}\nYour task: {' > '.join(request.chain)}\n"
-                + (f"Details: {request.description}\n" if request.description else "")
-                + "Do the task: give the concrete result in at most 4 short sentences or a short list "
-                  "(names, numbers, steps). No preamble, no greeting.")},
-        ]
-        problem = ""
+        """The leaf's answer. One that restates the task, answers a sibling or repeats a sibling's
+        answer (``checks.answer_problem``) is asked again with the problem named; after the last
+        try the last answer stands (``vague_answers`` counts it), since a failure would only
+        hand the same question to another executor."""
+        prompt = (
+            f"Overall goal: {request.goal}\nYour part: {' > '.join(request.chain)}\n"
+            + (f"Details: {request.description}\n" if request.description else "")
+            + (f"Other parts, answered separately (do not answer them): {'; '.join(request.siblings)}\n"
+               if request.siblings else "")
+            + "Answer only your part, concretely for the overall goal: at most 5 short lines or a short list "
+              "with names, places, figures or dates. No preamble, no greeting, do not restate the task.")
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
+        problem, answer = "", ""
         for _ in range(self.retries + 1):
             try:
-                answer = trim_cut(self._call(messages, None, max_tokens=180, allow_cut=True))
+                answer = strip_preamble(self._call(messages, None, max_tokens=180, allow_cut=True))
             except ModelUnavailable:
                 raise
             except LLMError as exc:
                 problem = str(exc)
                 continue
-            if answer:
+            if not answer:
+                problem = "empty answer"
+                continue
+            problem = answer_problem(answer, request.chain, request.siblings, request.sibling_answers) or ""
+            if not problem:
                 return answer
-            problem = "empty answer"
+            self.vague_retries += 1
+            messages = [*messages[:2], {"role": "assistant", "content": answer},
+                        {"role": "user", "content": f"That answer is not usable: {problem}. Answer your part "
+                                                    "again, with concrete names, figures or steps."}]
+        if answer:
+            self.vague_answers += 1
+            return answer
         raise LLMError(f"no usable answer after {self.retries + 1} tries: {problem}")

@@ -124,9 +124,13 @@ def compose(intent: Intent, tree: PlanTree, backend: Backend, me: Me) -> EventBo
             )
         case Execute(leaf=leaf_id, claim=claim):
             node = tree.nodes[leaf_id]
+            others = [tree.nodes[c] for c in tree.nodes[node.parent].children if c != leaf_id] \
+                if node.parent is not None else []
             try:
                 output = backend.execute(
-                    ExecuteRequest(tree.goal_of(node).text, chain_of(tree, node), node.description)
+                    ExecuteRequest(tree.goal_of(node).text, chain_of(tree, node), node.description,
+                                   siblings=tuple(o.title for o in others),
+                                   sibling_answers=tuple(o.output for o in others if o.output))
                 )
             except LLMError as exc:
                 return FailureBody(leaf=leaf_id, claim=claim, reason=str(exc)[:500] or "model failed")

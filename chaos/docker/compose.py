@@ -27,9 +27,12 @@ HEADER = """\
 # brings this up, submits the goal and follows it; `make swarm-down` removes it all.
 # Works with `docker compose` v2 and Debian's docker-compose 1.29.
 #
-# LLM=llama (default): each member thinks with the local model, one thread each, from
-# the GGUF file SWARM_MODEL_FILE on the host (mounted read-only). LLM=scripted: the
-# deterministic stand-in. CLUSTER names the gossip topic (and must match the tickets).
+# LLM=llama (default): every member thinks with one shared, batched model (the `model`
+# service, profile "model": swarm model-service over the GGUF file SWARM_MODEL_FILE on the
+# host, mounted read-only), at MEMBER_LLM=openai LLM_URL=http://model:8090/v1. LLM_URL=URL
+# points them at any other OpenAI-compatible server instead (the Makefile then leaves the
+# model service out). LLM=scripted: the deterministic stand-in. CLUSTER names the gossip
+# topic (and must match the tickets).
 #
 # Written by chaos/docker/compose.py for the shape {shape}; `make swarm DECOMPOSERS=n
 # SCORERS=n EXECUTORS=n OBSERVERS=n` writes the same for another shape under LAB_DIR.
@@ -48,9 +51,10 @@ services:
 AGENT = """\
   {name}:
     <<: *member
-    command: agent --role {role} --data-dir /data --cluster ${{CLUSTER:-lab}} --llm ${{LLM:-llama}} --llm-threads 1 \
---llm-latency ${{LLM_LATENCY:-0.5}} --listen /ip4/0.0.0.0/tcp/4001 --metrics 0.0.0.0:9100{extra}
-    volumes: ["${{LAB_DIR:-./out/lab}}/members/{name}:/data", "${{SWARM_MODEL_FILE:-/dev/null}}:/models/model.gguf:ro"]
+    command: agent --role {role} --data-dir /data --cluster ${{CLUSTER:-lab}} --llm ${{MEMBER_LLM:-openai}} \
+--llm-url ${{LLM_URL:-http://model:8090/v1}} --llm-latency ${{LLM_LATENCY:-0.5}} --listen /ip4/0.0.0.0/tcp/4001 \
+--metrics 0.0.0.0:9100{extra}
+    volumes: ["${{LAB_DIR:-./out/lab}}/members/{name}:/data"]
 """
 
 FIRST_OBSERVER = """\
@@ -71,6 +75,15 @@ MORE_OBSERVER = """\
 """
 
 FOOTER = """\
+  # One batched model for every member on this host (swarm model-service): started by
+  # `make swarm` with LLM=llama unless LLM_URL names another server. SWARM_MODEL_FILE is
+  # any GGUF file on the host (default: the packaged Qwen 0.5B); MODEL_THREADS its cores.
+  model:
+    <<: *member
+    profiles: [model]
+    command: model-service --listen 0.0.0.0:8090 --threads ${{MODEL_THREADS:-2}} --slots ${{MODEL_SLOTS:-8}}
+    volumes: ["${{SWARM_MODEL_FILE:-/dev/null}}:/models/model.gguf:ro"]
+
   # Not started by `up`: `make swarm` runs it for `swarm submit` (as the admitted client, the
   # roster from members.json) and `swarm observe` (as an admitted observer).
   client:

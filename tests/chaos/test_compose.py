@@ -26,7 +26,7 @@ def test_any_shape_gets_one_service_per_member_and_prometheus_finds_each(tmp_pat
     compose = yaml.safe_load((tmp_path / "docker-compose.yml").read_text())
     services = compose["services"]
     members = shape.members()
-    assert len(members) == 23 and set(services) == {name for name, _ in members} | {"client", "prometheus"}
+    assert len(members) == 23 and set(services) == {name for name, _ in members} | {"client", "prometheus", "model"}
     for name, role in members:
         service = services[name]
         assert service["volumes"][0].endswith(f"/members/{name}:/data"), service
@@ -35,6 +35,12 @@ def test_any_shape_gets_one_service_per_member_and_prometheus_finds_each(tmp_pat
             assert ("ports" in service) == (name == "observer"), "only the first observer takes the host's port"
         else:
             assert f"agent --role {role} " in service["command"], service
+            # every member thinks with the host's one model service, or the server LLM_URL names
+            assert "--llm ${MEMBER_LLM:-openai} --llm-url ${LLM_URL:-http://model:8090/v1}" in service["command"]
+            assert len(service["volumes"]) == 1, "members need no model file of their own"
+    assert services["model"]["command"].startswith("model-service --listen 0.0.0.0:8090")
+    assert services["model"]["profiles"] == ["model"]
+    assert services["model"]["volumes"] == ["${SWARM_MODEL_FILE:-/dev/null}:/models/model.gguf:ro"]
     strategies = [services[f"decomposer-{i}"]["command"].rsplit(" ", 1)[1] for i in range(1, 6)]
     assert strategies == ["geography", "activity", "day", "geography", "activity"]
     assert services["prometheus"]["volumes"][-1].startswith("./prometheus.yml:")

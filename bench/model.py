@@ -1,0 +1,192 @@
+"""``python -m bench model``: what the shared, batched model service gives on this machine.
+
+1. **Throughput**: the members' own requests (a decomposer's grammar-bound split of
+   eight goals, twice each with different seeds: sixteen, with the prompt and JSON
+   schema ``prompted.py`` sends) through one ``swarm model-service``: one after
+   another (the baseline, measured in the same run), then with 1, 4 and 8 clients
+   each sending its next request as soon as its last is answered (so the service
+   keeps that many in flight until the last ones drain). Beside them the same
+   engine's grammar-free figure with 8 clients: the ceiling the grammar checks leave
+   room for.
+   (llama.cpp's own ``llama-batched-bench`` is not built here: it needs the 22-minute
+   server build this service exists to avoid.)
+2. **The swarm** (``BENCH_MODEL_PLAN=1``, about four minutes): ``swarm plan`` wall
+   time and the whole swarm's memory (the sum of every process's PSS, so the model
+   file mapped by many processes counts once), with the shared service against one
+   model per member.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+from agents.cli.plan import free_port, swarm_command
+from agents.llm.prompted import SPLIT_SCHEMA, SYSTEM
+
+GOALS = ("Plan a two-week trip to Japan", "Ship version 2.0 of an open-source library",
+         "Organise a wedding for 80 guests", "Write a research survey on conflict-free replicated data types",
+         "Move a family of four to another city", "Open a neighbourhood bakery", "Learn Spanish in a year",
+         "Train for a first marathon")
+MAX_TOKENS = 400  # the decomposer's budget
+REQUESTS = 16
+
+
+def split_request(goal: str, seed: int, grammar: bool = True) -> dict:
+    prompt = (f"Overall goal: {goal}\nTask to split: {goal}\n\nSplit the task into 3 to 5 subgoals. "
+              "Each subgoal needs a short specific title that names something concrete, a one-sentence "
+              "description, and \"executable\": true if one person can do it in one sitting.")
+    body = {"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}],
+            "max_tokens": MAX_TOKENS, "temperature": 0.2, "seed": seed}
+    if grammar:
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "split", "schema": SPLIT_SCHEMA}}
+    return body
+
+
+def post(url: str, body: dict) -> dict:
+    answer = httpx.post(f"{url}/chat/completions", json=body, timeout=600)
+    answer.raise_for_status()
+    return answer.json()
+
+
+def run_batch(url: str, bodies: list[dict], concurrent: int) -> tuple[float, int, int]:
+    """(seconds, completion tokens, valid JSON answers) for ``bodies``, ``concurrent`` at a time."""
+    started = time.perf_counter()
+    with ThreadPoolExecutor(concurrent) as pool:
+        answers = list(pool.map(lambda b: post(url, b), bodies))
+    seconds = time.perf_counter() - started
+    tokens = sum(a["usage"]["completion_tokens"] for a in answers)
+    valid = 0
+    for answer in answers:
+        try:
+            json.loads(answer["choices"][0]["message"]["content"])
+            valid += 1
+        except ValueError:
+            pass
+    return seconds, tokens, valid
+
+
+def throughput() -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    service = subprocess.Popen([*swarm_command(), "model-service", "--listen", f"127.0.0.1:{port}", "--threads",
+                                str(os.cpu_count() or 2)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert service.stdout is not None
+    print(service.stdout.readline().decode().strip(), flush=True)
+    try:
+        post(url, split_request(GOALS[0], 99))  # warm: page cache, first graph
+        print(f"\n## model service throughput ({REQUESTS} of the decomposer's grammar-bound requests)")
+        print("| clients (requests in flight) | seconds | tokens | tokens/s | x one after another | valid JSON |")
+        print("|---|---:|---:|---:|---:|---:|")
+        bodies = [split_request(GOALS[i % len(GOALS)], i) for i in range(REQUESTS)]
+        base_s, base_tokens, base_valid = run_batch(url, bodies, 1)
+        base_rate = base_tokens / base_s
+        print(f"| one after another (baseline) | {base_s:.1f} | {base_tokens} | {base_rate:.1f} | 1.00 "
+              f"| {base_valid}/{REQUESTS} |", flush=True)
+        for concurrent in (4, 8):
+            seconds, tokens, valid = run_batch(url, bodies, concurrent)
+            print(f"| {concurrent} | {seconds:.1f} | {tokens} | {tokens / seconds:.1f} | "
+                  f"{tokens / seconds / base_rate:.2f} | {valid}/{REQUESTS} |", flush=True)
+        free = [split_request(GOALS[i % len(GOALS)], i, grammar=False) for i in range(REQUESTS)]
+        seconds, tokens, _ = run_batch(url, free, 8)
+        print(f"| 8, no grammar (the engine's ceiling) | {seconds:.1f} | {tokens} | {tokens / seconds:.1f} | "
+              f"{tokens / seconds / base_rate:.2f} | - |", flush=True)
+        stats = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).json()
+        print(f"\nservice: {stats['steps']} decode steps, {stats['tokens']} tokens, "
+              f"{stats['grammar_fallbacks']} grammar fallbacks, peak batch {stats['peak_batch']}")
+    finally:
+        service.terminate()
+        service.wait(20)
+
+
+def _children(root: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(parents.get(pid, ()))
+    return found
+
+
+def _pss_mb(pids: list[int]) -> float:
+    total_kb = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total_kb += int(line.split()[1])
+        except (OSError, ValueError):
+            continue
+    return total_kb / 1024
+
+
+def plan_run(shared: bool) -> tuple[float, float, str, dict]:
+    """(wall seconds, peak PSS of the whole swarm in MB, outcome, model usage) of one ``swarm plan``."""
+    with tempfile.TemporaryDirectory() as out:
+        command = [*swarm_command(), "plan", GOALS[0], "--out", out, "--timeout", "600"]
+        if not shared:
+            command.append("--model-per-member")
+        started = time.perf_counter()
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        peak = [0.0]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(2.0):
+                peak[0] = max(peak[0], _pss_mb(_children(process.pid)))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        process.wait()
+        wall = time.perf_counter() - started
+        done.set()
+        sampler.join()
+        outcome = "complete" if process.returncode == 0 else f"exit {process.returncode}"
+        plan_file = Path(out) / "plan.json"
+        usage = json.loads(plan_file.read_text()).get("model_usage", {}) if plan_file.exists() else {}
+        return wall, peak[0], outcome, usage
+
+
+def swarm_plans() -> None:
+    print("\n## swarm plan with the shared service against one model per member (9 members, 2 cores)")
+    print("| model | wall (s) | model calls | tokens | tokens/s (whole swarm) | peak memory, PSS of all processes "
+          "(MB) | outcome |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    rows = {}
+    for shared in (False, True):
+        wall, pss, outcome, usage = plan_run(shared)
+        tokens = int(usage.get("tokens", 0))
+        rows[shared] = (wall, tokens / wall, pss)
+        print(f"| {'one shared service' if shared else 'one per member'} | {wall:.0f} | {usage.get('calls', '?')} "
+              f"| {tokens} | {tokens / wall:.1f} | {pss:,.0f} | {outcome} |", flush=True)
+    # the two plans are not the same text (sampling differs), so tokens/s compares the work, wall the wait
+    print(f"\nshared / per member: wall time {rows[True][0] / rows[False][0]:.2f}, swarm tokens/s "
+          f"{rows[True][1] / rows[False][1]:.2f}, memory {rows[True][2] / rows[False][2]:.2f}")
+
+
+def main() -> None:
+    throughput()
+    if os.environ.get("BENCH_MODEL_PLAN"):
+        swarm_plans()
+    else:
+        print("\n(set BENCH_MODEL_PLAN=1 for swarm plan wall time and memory, shared against per member)")
+
+
+if __name__ == "__main__":
+    main()
