@@ -10,7 +10,7 @@
    room for.
    (llama.cpp's own ``llama-batched-bench`` is not built here: it needs the 22-minute
    server build this service exists to avoid.)
-2. **The swarm** (``BENCH_MODEL_PLAN=1``, about four minutes): ``swarm plan`` wall
+2. **The swarm** (about five minutes; ``BENCH_MODEL_PLAN=0`` skips it): ``swarm plan`` wall
    time and the whole swarm's memory (the sum of every process's PSS, so the model
    file mapped by many processes counts once), with the shared service against one
    model per member.
@@ -182,10 +182,8 @@ def swarm_plans() -> None:
 
 def main() -> None:
     throughput()
-    if os.environ.get("BENCH_MODEL_PLAN"):
+    if os.environ.get("BENCH_MODEL_PLAN", "1") != "0":
         swarm_plans()
-    else:
-        print("\n(set BENCH_MODEL_PLAN=1 for swarm plan wall time and memory, shared against per member)")
 
 
 if __name__ == "__main__":
