@@ -6,7 +6,8 @@ key terms, the worst word overlap between two subgoals, and vague subgoals
 (that add nothing to the parent); then depth, leaves done, proposals made and
 superseded, model calls and tokens, wall time. Nothing here is hand-written.
 
-    python -m bench.quality [--llm llama|scripted] [--out DIR] [GOAL ...]
+    python -m bench.quality [--llm llama|scripted] [--out DIR] [--baseline OLD/report.json] [GOAL ...]
+    python -m bench.quality --rescore DIR   # judge an earlier run's plans again with today's checks
 """
 
 from __future__ import annotations
@@ -91,6 +92,17 @@ def before_after(before: list[dict], after: list[dict]) -> list[str]:
     return lines
 
 
+def rescore(run: Path) -> None:
+    old = json.loads((run / "report.json").read_text())
+    rows = []
+    for index, row in enumerate(old):
+        plan_file = run / f"goal-{index}" / "plan.json"
+        judged = report_for(json.loads(plan_file.read_text())) if plan_file.exists() else {}
+        rows.append({**row, **judged})
+    (run / "report.json").write_text(json.dumps(rows, indent=2) + "\n")
+    print(f"rescored {len(rows)} plans in {run}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("goals", nargs="*", default=list(GOALS))
@@ -99,7 +111,13 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1200)
     parser.add_argument("--baseline", metavar="REPORT.json",
                         help="an earlier run's report.json (e.g. of an older commit): add a before/after table")
+    parser.add_argument("--rescore", metavar="DIR",
+                        help="recompute DIR/report.json from its plans with today's checks (wall times kept), "
+                             "so that a run of an older commit compares with a new one")
     args = parser.parse_args()
+    if args.rescore:
+        rescore(Path(args.rescore))
+        return
     out = Path(args.out)
     rows = []
     for index, goal in enumerate(args.goals):

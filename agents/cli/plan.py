@@ -208,7 +208,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.llm == "llama":
         preflight_model(args.model)
         if not args.model_per_member:
-            service = start_model_service(members_dir, args.model, threads=args.llm_threads, timeout=args.llm_timeout)
+            service = start_model_service(members_dir, args.model, threads=os.cpu_count() or 2,
+                                          timeout=args.llm_timeout)
             llm_extra = ("--llm-url", service.url, "--llm-timeout", str(args.llm_timeout))
     llm = "openai" if service is not None else args.llm
     started = time.monotonic()

@@ -63,10 +63,11 @@ def _llama(seed: int = 0, model: str | None = None, threads: int = 1, timeout: f
     return LlamaBackend(model=model, threads=threads, seed=seed, timeout_s=timeout)
 
 
-def _openai(url: str | None = None, model: str | None = None, timeout: float = 120.0, **_unused: object) -> Backend:
+def _openai(url: str | None = None, model: str | None = None, timeout: float = 120.0, seed: int = 0,
+            **_unused: object) -> Backend:
     from agents.llm.openai_compat import OpenAIBackend
 
-    return OpenAIBackend(url=url, model=model, timeout_s=timeout)
+    return OpenAIBackend(url=url, model=model, timeout_s=timeout, seed=seed)
 
 
 register("scripted", _scripted)

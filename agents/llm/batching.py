@@ -29,14 +29,17 @@ import math
 import queue
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from agents.llm.base import LLMError
 
 TOP_K = 40
+log = structlog.get_logger("swarm.model")
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,10 @@ class Completion:
 
 class RequestAbandoned(LLMError):
     """The request ran past its deadline or was cancelled; its slot went to the others."""
+
+
+class RequestRefused(LLMError):
+    """The request cannot be served as asked (too long for a slot, a grammar llama.cpp refuses)."""
 
 
 @dataclass(eq=False)
@@ -71,6 +78,7 @@ class _Request:
     free_chain: Any = None  # top-k, temperature, dist: draws a token without the grammar
     full_chain: Any = None  # grammar, top-k, temperature, dist: used when the grammar refuses the draw
     grammar_sampler: Any = None  # the first sampler of ``full_chain``, owned by it
+    pieces: queue.SimpleQueue | None = None  # streaming: each piece's bytes as it is drawn, then None
 
 
 class BatchedModel:
@@ -119,12 +127,15 @@ class BatchedModel:
     # --- the public side ---------------------------------------------------------
 
     def submit(self, messages: list[dict[str, str]], *, grammar: str | None = None, max_tokens: int = 256,
-               temperature: float = 0.2, seed: int = 0, timeout_s: float = 120.0) -> Future:
-        """A future of a ``Completion``; it fails with ``LLMError`` (``RequestAbandoned`` past ``timeout_s``)."""
-        if self._closed:
+               temperature: float = 0.2, seed: int = 0, timeout_s: float = 120.0,
+               pieces: queue.SimpleQueue | None = None) -> Future:
+        """A future of a ``Completion``; it fails with ``LLMError`` (``RequestAbandoned`` past ``timeout_s``).
+        With ``pieces``, each piece of text (bytes) is also put there as it is drawn, and None at the end.
+        Cancelling the future abandons the request at the next step."""
+        if self._closed or not self._thread.is_alive():
             raise LLMError("the model service is shutting down")
         request = _Request(messages, grammar, max(1, max_tokens), temperature, seed, timeout_s,
-                           time.monotonic() + timeout_s)
+                           time.monotonic() + timeout_s, pieces=pieces)
         self._incoming.put(request)
         return request.future
 
@@ -135,6 +146,10 @@ class BatchedModel:
     def busy(self) -> int:
         return len(self._running) + len(self._waiting)
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not self._closed
+
     def close(self) -> None:
         self._closed = True
         self._incoming.put(None)
@@ -143,16 +158,30 @@ class BatchedModel:
     # --- the worker --------------------------------------------------------------
 
     def _loop(self) -> None:
-        while True:
-            if not self._take_incoming(block=not (self._running or self._waiting)):
-                break
-            self._admit()
-            if self._running:
-                started = time.monotonic()
-                self._step()
-                self.stats["busy_s"] += time.monotonic() - started
-        for request in [*self._running, *self._waiting]:
-            self._finish(request, error=LLMError("the model service shut down"))
+        try:
+            while self._take_incoming(block=not (self._running or self._waiting)):
+                self._admit()
+                if self._running:
+                    started = time.monotonic()
+                    try:
+                        self._step()
+                    except Exception as exc:  # whatever broke, the running requests learn it
+                        log.exception("a decoding step failed; its requests are answered with the error")
+                        for request in list(self._running):
+                            self._finish(request, error=LLMError(f"the model failed: {exc!r}"))
+                    self.stats["busy_s"] += time.monotonic() - started
+        finally:
+            self._closed = True
+            leftover = [*self._running, *self._waiting]
+            while True:
+                try:
+                    item = self._incoming.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    leftover.append(item)
+            for request in leftover:
+                self._finish(request, error=LLMError("the model service shut down"))
         self._lib.llama_batch_free(self._batch)
         self._lib.llama_free(self._ctx)
         self._lib.llama_model_free(self._model)
@@ -182,11 +211,15 @@ class BatchedModel:
             try:
                 request.prompt = self._tokenize(self._render(request.messages))
                 if len(request.prompt) + request.max_tokens > self.ctx_per_slot:
-                    raise LLMError(f"prompt ({len(request.prompt)} tokens) plus max_tokens ({request.max_tokens}) "
-                                   f"exceeds a slot's context of {self.ctx_per_slot} tokens")
+                    raise RequestRefused(f"prompt ({len(request.prompt)} tokens) plus max_tokens "
+                                         f"({request.max_tokens}) exceeds a slot's context of {self.ctx_per_slot} "
+                                         "tokens; shorten it or start the service with a larger --ctx-per-slot")
                 self._make_samplers(request)
             except LLMError as exc:
                 self._finish(request, error=exc)
+                continue
+            except Exception as exc:  # one odd request must not stop the others
+                self._finish(request, error=RequestRefused(f"the request could not be prepared: {exc!r}"))
                 continue
             request.slot = self._free_slots.pop()
             self._running.append(request)
@@ -256,7 +289,10 @@ class BatchedModel:
             self._finish(request, finish_reason="stop")
             return
         request.output.append(token)
-        request.text += self._piece(token)
+        piece = self._piece(token)
+        request.text += piece
+        if request.pieces is not None:
+            request.pieces.put(piece)
         request.pending = token
         if len(request.output) >= request.max_tokens:
             self._finish(request, finish_reason="length")
@@ -280,21 +316,24 @@ class BatchedModel:
             if chain is not None:
                 self._lib.llama_sampler_free(chain)
         request.free_chain = request.full_chain = request.grammar_sampler = None
-        if request.future.done():
-            return
-        if error is not None:
-            request.future.set_exception(error)
-        else:
-            request.future.set_result(Completion(request.text.decode("utf-8", "replace"), finish_reason,
-                                                 len(request.prompt), len(request.output)))
+        if request.pieces is not None:
+            request.pieces.put(None)
+        try:  # a handler may cancel the future at any moment, even between a check and a set
+            if error is not None:
+                request.future.set_exception(error)
+            else:
+                request.future.set_result(Completion(request.text.decode("utf-8", "replace"), finish_reason,
+                                                     len(request.prompt), len(request.output)))
+        except InvalidStateError:
+            pass  # cancelled: nobody waits for it
 
     # --- text <-> tokens ---------------------------------------------------------
 
     def _render(self, messages: list[dict[str, str]]) -> bytes:
         lib = self._lib
         chat = (lib.llama_chat_message * len(messages))(
-            *[lib.llama_chat_message(str(m.get("role", "user")).encode(), str(m.get("content", "")).encode())
-              for m in messages])
+            *[lib.llama_chat_message(str(m.get("role", "user")).encode(errors="replace"),
+                                     str(m.get("content", "")).encode(errors="replace")) for m in messages])
         size = 4096
         while True:
             buffer = ctypes.create_string_buffer(size)
@@ -318,9 +357,13 @@ class BatchedModel:
         return len(self._tokenize(text.encode()))
 
     def _piece(self, token: int) -> bytes:
-        buffer = ctypes.create_string_buffer(64)
-        size = self._lib.llama_token_to_piece(self._vocab, token, buffer, 64, 0, False)
-        return buffer.raw[:max(0, size)]
+        size = 64
+        while True:
+            buffer = ctypes.create_string_buffer(size)
+            written = self._lib.llama_token_to_piece(self._vocab, token, buffer, size, 0, False)
+            if written >= 0:
+                return buffer.raw[:written]
+            size = -written  # a longer piece: the call says how long
 
     def _make_samplers(self, request: _Request) -> None:
         lib = self._lib
@@ -343,6 +386,6 @@ class BatchedModel:
             if not grammar:
                 lib.llama_sampler_free(request.free_chain)
                 request.free_chain = None
-                raise LLMError("llama.cpp refused the request's grammar (not valid GBNF)")
+                raise RequestRefused("llama.cpp refused the request's grammar (not valid GBNF)")
             request.full_chain = chain(grammar, *tail())
             request.grammar_sampler = grammar

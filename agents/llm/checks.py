@@ -88,22 +88,25 @@ def check_split(parent: str, subgoals: list[tuple[str, str]]) -> SplitReport:
 # "Plan the itinerary", "Organise transport", "Manage the budget and bookings".
 BROAD_VERBS = frozenset(["plan", "planning", "organise", "organize", "organising", "organizing", "arrange",
                          "arranging", "manage", "managing", "coordinate", "coordinating", "handle", "prepare",
-                         "preparing", "oversee", "set up", "research and plan", "develop", "execute"])
-_PREAMBLE = re.compile(r"^\s*(certainly|sure|of course|absolutely|here is|here's|here are)\b[^\n]*?(:|!|\.)\s*",
-                       re.IGNORECASE)
+                         "preparing", "oversee", "research and plan", "develop", "execute"])
+# The openings a chat model puts before an answer: an interjection ("Certainly!") and a line that
+# only announces what follows ("Here's a concrete plan for the trip:").
+_PREAMBLE = (re.compile(r"^\s*(certainly|sure|of course|absolutely)\s*[!.,]\s*", re.IGNORECASE),
+             re.compile(r"^\s*(here is|here's|here are)\b[^\n:]{0,120}:\s*", re.IGNORECASE))
 
 
 def needs_planning(title: str, description: str = "") -> str | None:
     """Why the subgoal ``title`` still needs a plan of its own rather than one answer, or None.
 
     Judged from its text alone: it opens with a broad verb ("plan", "organise", ...), or
-    it joins two pieces of work ("flights and hotels", "A, B and C")."""
+    it joins two pieces of work that each need words of their own ("book flights to Tokyo
+    and reserve hotels in Kyoto"; not "salt and pepper" or "a date and time")."""
     lowered = " ".join(_WORD.findall(title.lower()))
     for verb in BROAD_VERBS:
         if lowered == verb or lowered.startswith(verb + " "):
             return f"'{title}' opens with '{verb}': a whole area of work"
-    head = lowered.split(" ", 1)[-1] if " " in lowered else lowered
-    if " and " in f" {head} " and len(key_terms(head)) >= 2:
+    left, joined, right = lowered.partition(" and ")
+    if joined and len(key_terms(left)) >= 2 and len(key_terms(right)) >= 2:
         return f"'{title}' joins several pieces of work"
     return None
 
@@ -111,8 +114,8 @@ def needs_planning(title: str, description: str = "") -> str | None:
 def strip_preamble(answer: str) -> str:
     """The answer without a chatty opening line ("Certainly! Here's a plan for ...:")."""
     stripped = answer.strip()
-    for _ in range(2):  # "Certainly! Here's ...:" is two openings
-        stripped = _PREAMBLE.sub("", stripped, count=1).strip()
+    for opening in _PREAMBLE:  # "Certainly! Here's ...:" is both, in this order
+        stripped = opening.sub("", stripped, count=1).strip()
     return stripped or answer.strip()
 
 
@@ -124,6 +127,13 @@ def specifics(answer: str, task_terms: set[str]) -> int:
     """Names and numbers in ``answer`` that the task did not already say (capitalised words
     inside a sentence, and figures): what a concrete answer has and a restatement lacks."""
     return sum(1 for word in _SPECIFIC.findall(answer) if word.lower() not in task_terms)
+
+
+# Words that carry no content of their own in an answer: "you would need to choose a convenient ..."
+FILLER = frozenset(["would", "need", "needs", "then", "should", "could", "can", "will", "also", "make", "sure",
+                    "consider", "choose", "select", "decide", "ensure", "important", "good", "best", "great",
+                    "comfortable", "convenient", "suitable", "appropriate", "option", "options", "way", "ways",
+                    "well", "able", "like", "use", "using", "based"])
 
 
 def answer_problem(answer: str, chain: tuple[str, ...], siblings: tuple[str, ...] = (),
@@ -140,9 +150,12 @@ def answer_problem(answer: str, chain: tuple[str, ...], siblings: tuple[str, ...
     if len(terms) < 4:
         return "the answer is too short to be concrete"
     task_terms = set().union(*(key_terms(title) for title in chain)) if chain else set()
-    fresh = terms - task_terms
+    fresh = terms - task_terms - FILLER
     listed = len(_LIST_ITEM.findall(answer))
-    if len(fresh) < 4 or len(fresh) / len(terms) < 0.4 or (specifics(answer, task_terms) < 2 and listed < 3):
+    share = len(fresh) / len(terms)
+    # a restatement says little beyond the task's words, and names and counts nothing; a concrete
+    # answer in plain words ("order a chocolate sponge cake from the local bakery") says much that is new
+    if len(fresh) < 4 or share < 0.4 or (specifics(answer, task_terms) == 0 and listed < 3 and share < 0.75):
         return "the answer restates the task instead of answering it (names, numbers, choices are missing)"
     own = key_terms(chain[-1]) - key_terms(" ".join(chain[:-1])) if chain else set()
     for sibling in siblings:

@@ -27,13 +27,15 @@ class OpenAIBackend(PromptedBackend):
     name = "openai"
 
     def __init__(self, url: str | None, model: str | None = None, timeout_s: float = 120.0,
-                 retries: int = 2) -> None:
+                 retries: int = 2, seed: int = 0) -> None:
         super().__init__()
         if not url:
             raise LLMError("--llm openai needs --llm-url, the API base of an OpenAI-compatible server "
                            "(e.g. http://127.0.0.1:8080/v1)")
         self.url = url.rstrip("/")
-        self.model = model or "default"
+        self.model = model or "default"  # without --model, the name the server answers with (after a call)
+        self._named = model is not None
+        self.seed = seed  # each member's own, so members asking the same question need not answer alike
         self.retries = retries
         headers = {"Authorization": f"Bearer {key}"} if (key := os.environ.get(API_KEY_VARIABLE)) else {}
         self._client = httpx.Client(timeout=timeout_s, headers=headers)
@@ -42,7 +44,7 @@ class OpenAIBackend(PromptedBackend):
     def _generate(self, messages: list[dict[str, str]], schema: dict[str, Any] | None, max_tokens: int,
                   allow_cut: bool = False) -> str:
         body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_tokens,
-                                "temperature": 0.2}
+                                "temperature": 0.2, "seed": (self.seed + self.calls) % 2**31}
         started = time.monotonic()
         while True:
             if schema is not None:
@@ -71,10 +73,13 @@ class OpenAIBackend(PromptedBackend):
             text = choice["message"]["content"] or ""
             finish = choice.get("finish_reason")
             usage = response.json().get("usage") or {}
+            served_by = response.json().get("model")
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise LLMError(f"the model server's answer is not an OpenAI chat completion: {exc!r}") from None
         self.calls += 1
         self.seconds += time.monotonic() - started
+        if not self._named and isinstance(served_by, str) and served_by:
+            self.model = served_by[:100]  # recorded in events and plan.json: which model answered
         self.tokens += int(usage.get("completion_tokens") or 0)
         if finish != "stop" and not (allow_cut and finish == "length"):
             raise LLMError(f"the answer was cut off (finish_reason {finish!r})")

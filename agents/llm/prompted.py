@@ -86,13 +86,12 @@ class PromptedBackend:
     def _call(self, messages: list[dict[str, str]], schema: dict[str, Any] | None, max_tokens: int,
               allow_cut: bool = False) -> str:
         """``_generate``, remembering whether the model could be reached (``unavailable``)."""
+        self.unavailable = None  # reached unless this call says otherwise (a bad answer is still an answer)
         try:
-            text = self._generate(messages, schema, max_tokens, allow_cut)
+            return self._generate(messages, schema, max_tokens, allow_cut)
         except ModelUnavailable as exc:
             self.unavailable = str(exc)
             raise
-        self.unavailable = None
-        return text
 
     def latency_s(self, kind: str, key: str) -> float:
         return 0.0  # a real model simply takes its time

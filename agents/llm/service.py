@@ -4,8 +4,10 @@ It speaks the part of the OpenAI chat API the members use (``--llm openai
 --llm-url http://HOST:PORT/v1``): ``POST /v1/chat/completions`` with
 ``messages``, ``max_tokens``, ``temperature``, ``seed`` and a JSON schema in
 ``response_format`` (OpenAI's ``json_schema`` form or llama.cpp's
-``json_object`` + ``schema``), answered whole (no streaming). ``GET /health``
-says how busy it is; ``GET /v1/models`` names the model.
+``json_object`` + ``schema``), answered whole or, with ``"stream": true``, as
+server-sent ``chat.completion.chunk`` events while the tokens are drawn. ``GET
+/health`` says how busy it is (503 once the model's worker has stopped); ``GET
+/v1/models`` names the model.
 
 A thread per connection waits on the ``BatchedModel``'s future; the model
 itself runs in one worker thread (``batching.py``), so a slow request never
@@ -17,7 +19,10 @@ while it waits and its request is cancelled the same way.
 
 from __future__ import annotations
 
+import codecs
 import json
+import math
+import queue
 import select
 import socket
 import threading
@@ -30,7 +35,7 @@ from typing import Any
 import structlog
 
 from agents.llm.base import LLMError
-from agents.llm.batching import BatchedModel, RequestAbandoned
+from agents.llm.batching import BatchedModel, RequestAbandoned, RequestRefused
 
 MAX_BODY = 1 << 20  # members send a few kB; anything near this is not a chat request
 MAX_TOKENS_CAP = 4096
@@ -50,19 +55,17 @@ def parse_request(body: dict[str, Any], max_timeout: float) -> dict[str, Any]:
             isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
             for m in messages):
         raise BadRequest("'messages' must be a non-empty list of {role, content} strings")
-    if body.get("stream"):
-        raise BadRequest("streaming is not supported by this service; send \"stream\": false")
     max_tokens = body.get("max_tokens", 256)
     if not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_TOKENS_CAP:
         raise BadRequest(f"'max_tokens' must be an integer from 1 to {MAX_TOKENS_CAP}")
     temperature = body.get("temperature", 0.2)
-    if not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
+    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or not 0 <= temperature <= 2:
         raise BadRequest("'temperature' must be a number from 0 to 2")
     seed = body.get("seed", 0)
     if not isinstance(seed, int) or seed < 0:
         raise BadRequest("'seed' must be a non-negative integer")
     timeout = body.get("timeout", max_timeout)
-    if not isinstance(timeout, (int, float)) or timeout <= 0:
+    if not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
         raise BadRequest("'timeout' must be a positive number of seconds")
     schema = None
     form = body.get("response_format")
@@ -121,8 +124,11 @@ class ModelService:
 def _hung_up(connection: socket.socket) -> bool:
     """True when the client closed its end (readable with nothing to read)."""
     try:
-        readable, _, _ = select.select([connection], [], [], 0)
-        return bool(readable) and connection.recv(1, socket.MSG_PEEK) == b""
+        poller = select.poll()  # not select(): it cannot watch descriptors past 1023
+        poller.register(connection, select.POLLIN | select.POLLHUP | select.POLLERR)
+        if not poller.poll(0):
+            return False
+        return connection.recv(1, socket.MSG_PEEK) == b""
     except OSError:
         return True
 
@@ -139,6 +145,8 @@ def _handler_for(service: ModelService) -> type[BaseHTTPRequestHandler]:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(data)
 
@@ -148,7 +156,8 @@ def _handler_for(service: ModelService) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             if self.path == "/health":
-                self._send(200, {"status": "ok", "model": service.name, "slots": service.model.slots,
+                alive = service.model.alive
+                self._send(200 if alive else 503, {"status": "ok" if alive else "model stopped", "model": service.name, "slots": service.model.slots,
                                  "busy": service.model.busy, "served": service.served, "failed": service.failed,
                                  **{k: round(v, 2) if isinstance(v, float) else v
                                     for k, v in service.model.stats.items()}})
@@ -159,6 +168,7 @@ def _handler_for(service: ModelService) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             if self.path != "/v1/chat/completions":
+                self.close_connection = True  # its body was not read: the connection cannot carry another
                 self._error(404, f"no such path {self.path}; the service answers POST /v1/chat/completions")
                 return
             try:
@@ -166,22 +176,36 @@ def _handler_for(service: ModelService) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 length = -1
             if not 0 < length <= MAX_BODY:
+                self.close_connection = True
                 self._error(413 if length > MAX_BODY else 411,
                             f"a request needs a Content-Length from 1 to {MAX_BODY} bytes")
-                self.close_connection = True
                 return
             try:
                 body = json.loads(self.rfile.read(length))
                 if not isinstance(body, dict):
                     raise BadRequest("the body must be a JSON object")
                 options = parse_request(body, service.request_timeout)
-            except (ValueError, BadRequest) as exc:
+            except (ValueError, RecursionError, BadRequest) as exc:
                 self._error(400, f"bad request: {exc}")
                 return
             started = time.monotonic()
-            future = service.model.submit(body["messages"], **options)
+            stream = bool(body.get("stream"))
+            pieces: queue.SimpleQueue | None = queue.SimpleQueue() if stream else None
             try:
-                completion = self._wait(future)
+                future = service.model.submit(body["messages"], pieces=pieces, **options)
+            except LLMError as exc:
+                self._error(503, str(exc))
+                return
+            if stream:
+                assert pieces is not None
+                self._stream(future, pieces, started)
+                return
+            try:
+                completion = self._wait(future, options["timeout_s"])
+            except RequestRefused as exc:
+                service.count(False)
+                self._error(400, f"bad request: {exc}")
+                return
             except RequestAbandoned as exc:
                 service.count(False)
                 log.info("request abandoned", reason=str(exc), seconds=round(time.monotonic() - started, 2))
@@ -211,8 +235,11 @@ def _handler_for(service: ModelService) -> type[BaseHTTPRequestHandler]:
                           "total_tokens": completion.prompt_tokens + completion.completion_tokens},
             })
 
-        def _wait(self, future: Future) -> Any:
-            """The completion, or None if the client hung up first (the request is then cancelled)."""
+        def _wait(self, future: Future, timeout_s: float) -> Any:
+            """The completion, or None if the client hung up first (the request is then cancelled).
+            The model abandons a request at its deadline; this waits a little longer than that at
+            most, so a handler never outlives a model that stopped answering."""
+            give_up = time.monotonic() + timeout_s + 30
             while True:
                 try:
                     return future.result(timeout=0.5)
@@ -220,5 +247,58 @@ def _handler_for(service: ModelService) -> type[BaseHTTPRequestHandler]:
                     if _hung_up(self.connection):
                         future.cancel()
                         return None
+                    if time.monotonic() > give_up:
+                        future.cancel()
+                        raise RequestAbandoned("the model did not answer (its worker may have stopped)") from None
+
+        def _stream(self, future: Future, pieces: queue.SimpleQueue, started: float) -> None:
+            """Server-sent chunks as the model draws them, then the finish reason and ``[DONE]``."""
+            self.close_connection = True  # no length is known ahead: the end of the stream ends the connection
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            chunk_id = f"chatcmpl-{id(future):x}"
+            decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a token may end mid-character
+
+            def event(delta: dict[str, str], finish: str | None) -> None:
+                self.wfile.write(b"data: " + json.dumps({
+                    "id": chunk_id, "object": "chat.completion.chunk", "created": int(time.time()),
+                    "model": service.name, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                }).encode() + b"\n\n")
+                self.wfile.flush()
+
+            try:
+                event({"role": "assistant"}, None)
+                while True:
+                    try:
+                        piece = pieces.get(timeout=0.5)
+                    except queue.Empty:
+                        if _hung_up(self.connection):
+                            raise BrokenPipeError from None
+                        continue
+                    if piece is None:
+                        break
+                    if text := decoder.decode(piece):
+                        event({"content": text}, None)
+                try:
+                    completion = future.result(timeout=5)
+                except LLMError as exc:
+                    service.count(False)
+                    self.wfile.write(b"data: " + json.dumps({"error": {"message": str(exc)}}).encode() + b"\n\n")
+                    return
+                if tail := decoder.decode(b"", final=True):
+                    event({"content": tail}, None)
+                event({}, completion.finish_reason)
+                self.wfile.write(b"data: [DONE]\n\n")
+                service.count(True)
+                log.info("answered", tokens=completion.completion_tokens, prompt_tokens=completion.prompt_tokens,
+                         seconds=round(time.monotonic() - started, 2), finish=completion.finish_reason,
+                         busy=service.model.busy, streamed=True)
+            except (BrokenPipeError, ConnectionResetError):
+                future.cancel()
+                service.count(False)
+                log.info("client hung up; streamed request cancelled")
 
     return Handler

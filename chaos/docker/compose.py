@@ -81,6 +81,7 @@ FOOTER = """\
   model:
     <<: *member
     profiles: [model]
+    restart: unless-stopped  # members wait for it and carry on when it is back
     command: model-service --listen 0.0.0.0:8090 --threads ${{MODEL_THREADS:-2}} --slots ${{MODEL_SLOTS:-8}}
     volumes: ["${{SWARM_MODEL_FILE:-/dev/null}}:/models/model.gguf:ro"]
 

@@ -94,12 +94,26 @@ def test_a_request_past_its_timeout_is_abandoned_without_holding_up_the_others(s
     assert after["abandoned"] == abandoned_before + 1 and after["busy"] == 0
 
 
+def test_a_streamed_answer_arrives_in_chunks_that_join_into_the_grammar_bound_json(service) -> None:
+    with httpx.stream("POST", f"{service}/chat/completions", json={**score_request("a trip"), "stream": True},
+                      timeout=60) as response:
+        assert response.status_code == 200 and response.headers["content-type"] == "text/event-stream"
+        events = [line.removeprefix("data: ") for line in response.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(event)["choices"][0] for event in events[:-1]]
+    assert chunks[-1]["finish_reason"] == "stop" and len(chunks) > 5, "the answer came whole, not streamed"
+    data = json.loads("".join(chunk["delta"].get("content", "") for chunk in chunks))
+    assert {data["clarity"], data["non_overlap"], data["coverage"]} <= {1, 2, 3, 4, 5}
+
+
 def test_bad_requests_are_refused_with_the_field_named(service) -> None:
     cases = [({"messages": []}, "'messages'"), ({**score_request("x"), "max_tokens": 10**6}, "'max_tokens'"),
-             ({**score_request("x"), "stream": True}, "streaming"),
+             ({**score_request("x"), "timeout": float("nan")}, "'timeout'"),
+             ({**score_request("x"), "messages": [{"role": "user", "content": "word " * 3000}]}, "--ctx-per-slot"),
              ({**score_request("x"), "response_format": {"type": "xml"}}, "'response_format'")]
     for body, named in cases:
-        answer = httpx.post(f"{service}/chat/completions", json=body, timeout=10)
+        answer = httpx.post(f"{service}/chat/completions", content=json.dumps(body).encode(),  # NaN allowed
+                            headers={"Content-Type": "application/json"}, timeout=10)
         assert answer.status_code == 400 and named in answer.json()["error"]["message"], answer.text
     assert httpx.post(f"{service}/chat/completions", content=b"{not json", timeout=10).status_code == 400
 
