@@ -3,8 +3,11 @@
 Every figure comes from the plan itself and the deterministic checks
 (``agents/llm/checks.py``): for every accepted split, coverage of the parent's
 key terms, the worst word overlap between two subgoals, and vague subgoals
-(that add nothing to the parent); then depth, leaves done, proposals made and
-superseded, model calls and tokens, wall time. Nothing here is hand-written.
+(that add nothing to the parent); then depth, leaves done, broad leaves (a leaf
+whose title names a whole area of work: ``checks.needs_planning``), vague and
+duplicate answers (``checks.answer_problem``, ``checks.duplicate_answers``),
+proposals made and superseded, model calls and tokens, wall time. Nothing here is
+hand-written.
 
     python -m bench.quality [--llm llama|scripted] [--out DIR] [--baseline OLD/report.json] [GOAL ...]
     python -m bench.quality --rescore DIR   # judge an earlier run's plans again with today's checks
@@ -19,7 +22,7 @@ import time
 from pathlib import Path
 
 from agents.cli.plan import swarm_command
-from agents.llm.checks import answer_problem, check_split, duplicate_answers
+from agents.llm.checks import answer_problem, check_split, duplicate_answers, needs_planning
 
 GOALS = (
     "Plan a two-week trip to Japan",
@@ -65,6 +68,7 @@ def report_for(plan: dict) -> dict:
         "coverage": round(sum(s.coverage for s in splits) / len(splits), 2) if splits else None,
         "max_overlap": round(max((s.max_overlap for s in splits), default=0.0), 2),
         "vague_subgoals": sum(s.vague for s in splits),
+        "broad_leaves": sum(1 for n in leaves if needs_planning(n["title"]) is not None),
         "vague_answers": vague_answers,
         "duplicate_answers": duplicates,
         "proposals": len(plan["proposals"]),
@@ -74,7 +78,8 @@ def report_for(plan: dict) -> dict:
     }
 
 
-COMPARED = (("depth", "depth"), ("leaves", "leaves"), ("vague_subgoals", "vague subgoals"),
+COMPARED = (("depth", "depth"), ("leaves", "leaves"), ("broad_leaves", "broad leaves"),
+            ("vague_subgoals", "vague subgoals"),
             ("vague_answers", "vague answers"), ("duplicate_answers", "duplicate answers"),
             ("model_calls", "model calls"), ("tokens", "tokens"), ("wall_s", "wall (s)"))
 
