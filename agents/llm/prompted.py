@@ -24,8 +24,9 @@ from agents.llm.base import (
 from agents.llm.checks import answer_problem, check_split, strip_preamble
 
 SYSTEM = "You are a careful planning assistant. Be concrete and specific. Never restate the task vaguely."
-# No example lists here: a 0.5B model copies them into the plan (every goal, a wedding too, came
-# back split into "Transport, Lodging, Food, Bookings" while the hint named those four).
+# No example lists here or in the prompt: a 0.5B model copies them into the plan (every goal, a
+# wedding too, came back split into "Transport, Lodging, Food, Bookings" while the hint named those
+# four, and "(a place, a booking, a document, a decision)" made "Document Kyoto", "Decision Kyoto").
 STRATEGY_HINTS = {
     "geography": "split by the places involved",
     "activity": "split by the different kinds of work the task involves",
@@ -139,8 +140,8 @@ class PromptedBackend:
             + "".join(f"The scorers rejected your earlier split ({'; '.join(titles)}): propose a clearly "
                       "different and more specific one.\n" for titles in request.rejected)
             + "Do not repeat the task itself as a subgoal: each subgoal is a distinct part of it. "
-              "Each subgoal needs a short specific title that names something concrete (a place, a booking, "
-              "a document, a decision), a one-sentence description, and \"executable\": true if one person "
+              "Each subgoal needs a short specific title that names something concrete in this task, "
+              "a one-sentence description, and \"executable\": true if one person "
               "can do it in one sitting without more planning."
             + (" All subgoals must be executable." if last_level else "")
         )
