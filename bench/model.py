@@ -29,7 +29,7 @@ from pathlib import Path
 
 import httpx
 
-from agents.cli.plan import free_port, swarm_command
+from agents.cli.plan import start_model_service, swarm_command
 from agents.llm.prompted import SPLIT_SCHEMA, SYSTEM
 
 GOALS = ("Plan a two-week trip to Japan", "Ship version 2.0 of an open-source library",
@@ -75,12 +75,10 @@ def run_batch(url: str, bodies: list[dict], concurrent: int) -> tuple[float, int
 
 
 def throughput() -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/v1"
-    service = subprocess.Popen([*swarm_command(), "model-service", "--listen", f"127.0.0.1:{port}", "--threads",
-                                str(os.cpu_count() or 2)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    assert service.stdout is not None
-    print(service.stdout.readline().decode().strip(), flush=True)
+    service = start_model_service(Path(os.devnull), None, threads=os.cpu_count() or 2, timeout=600)
+    url = service.url
+    print(f"model service at {url}", flush=True)
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
     try:
         post(url, split_request(GOALS[0], 99))  # warm: page cache, first graph
         print(f"\n## model service throughput ({REQUESTS} of the decomposer's grammar-bound requests)")
@@ -103,8 +101,7 @@ def throughput() -> None:
         print(f"\nservice: {stats['steps']} decode steps, {stats['tokens']} tokens, "
               f"{stats['grammar_fallbacks']} grammar fallbacks, peak batch {stats['peak_batch']}")
     finally:
-        service.terminate()
-        service.wait(20)
+        service.stop()
 
 
 def _children(root: int) -> list[int]:

@@ -123,11 +123,11 @@ class ServiceProc:
 SERVICE_READY_TIMEOUT = 120.0
 
 
-def start_model_service(members_dir: Path, model: str | None, threads: int, timeout: float) -> ServiceProc:
-    """Start ``swarm model-service`` on a free local port for every member to share; wait for its
-    ready line (the model is loaded by then). Its output goes to ``model-service.log``."""
-    log_path = members_dir / "model-service.log"
-    command = [*swarm_command(), "model-service", "--listen", "127.0.0.1:0", "--request-timeout", str(timeout),
+def start_model_service(log_path: Path, model: str | None, threads: int, timeout: float,
+                        listen: str = "127.0.0.1:0") -> ServiceProc:
+    """Start ``swarm model-service`` (by default on a free local port) and wait for its ready line
+    (the model is loaded by then). Its log goes to ``log_path``."""
+    command = [*swarm_command(), "model-service", "--listen", listen, "--request-timeout", str(timeout),
                "--threads", str(threads),
                *(("--model", model) if model else ())]
     with open(log_path, "ab") as log_file:
@@ -138,9 +138,7 @@ def start_model_service(members_dir: Path, model: str | None, threads: int, time
         ready, _, _ = select.select([process.stdout], [], [], 0.5)
         line = process.stdout.readline().decode(errors="replace") if ready else ""
         if line.startswith("model service ready at "):
-            url = line.split()[4]
-            print(line.strip(), "- shared by every member", flush=True)
-            return ServiceProc(url, process)
+            return ServiceProc(line.split()[4], process)
         if (ready and not line) or process.poll() is not None:
             break
     end_processes([process])
@@ -208,9 +206,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.llm == "llama":
         preflight_model(args.model)
         if not args.model_per_member:
-            service = start_model_service(members_dir, args.model, threads=os.cpu_count() or 2,
+            service = start_model_service(members_dir / "model-service.log", args.model, threads=os.cpu_count() or 2,
                                           timeout=args.llm_timeout)
             llm_extra = ("--llm-url", service.url, "--llm-timeout", str(args.llm_timeout))
+            print(f"model service ready at {service.url}, shared by every member", flush=True)
     llm = "openai" if service is not None else args.llm
     started = time.monotonic()
     print(f"starting {len(procs)} members ({args.decomposers} decomposers, {args.scorers} scorers, "

@@ -139,9 +139,6 @@ class BatchedModel:
         self._incoming.put(request)
         return request.future
 
-    def complete(self, messages: list[dict[str, str]], **options: Any) -> Completion:
-        return self.submit(messages, **options).result()
-
     @property
     def busy(self) -> int:
         return len(self._running) + len(self._waiting)
@@ -352,9 +349,6 @@ class BatchedModel:
         if count < 0:
             raise LLMError("the prompt could not be tokenized")
         return list(tokens[:count])
-
-    def count_tokens(self, text: str) -> int:
-        return len(self._tokenize(text.encode()))
 
     def _piece(self, token: int) -> bytes:
         size = 64

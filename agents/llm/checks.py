@@ -95,7 +95,7 @@ _PREAMBLE = (re.compile(r"^\s*(certainly|sure|of course|absolutely)\s*[!.,]\s*",
              re.compile(r"^\s*(here is|here's|here are)\b[^\n:]{0,120}:\s*", re.IGNORECASE))
 
 
-def needs_planning(title: str, description: str = "") -> str | None:
+def needs_planning(title: str) -> str | None:
     """Why the subgoal ``title`` still needs a plan of its own rather than one answer, or None.
 
     Judged from its text alone: it opens with a broad verb ("plan", "organise", ...), or

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agents.cli.plan import free_port, swarm_command
+from agents.cli.plan import free_port, start_model_service, swarm_command
 from agents.llm.base import ModelUnavailable
 from agents.llm.openai_compat import OpenAIBackend
 from agents.llm.prompted import SCORE_SCHEMA, SYSTEM
@@ -20,13 +20,8 @@ from agents.llm.prompted import SCORE_SCHEMA, SYSTEM
 pytestmark = pytest.mark.llm
 
 
-def start_service(port: int, log: Path, *extra: str) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen([*swarm_command(), "model-service", "--listen", f"127.0.0.1:{port}", "--threads", "2",
-                                *extra], stdout=subprocess.PIPE, stderr=open(log, "ab"))  # noqa: SIM115
-    assert process.stdout is not None
-    line = process.stdout.readline().decode()
-    assert line.startswith("model service ready at "), f"no ready line (got {line!r}); see {log}"
-    return process
+def start_service(port: int, log: Path) -> subprocess.Popen[bytes]:
+    return start_model_service(log, None, threads=2, timeout=120, listen=f"127.0.0.1:{port}").process
 
 
 def health(url: str) -> dict:
