@@ -9,7 +9,7 @@ SEED ?= 0
 SEEDS ?= 300
 FAULTS ?= all
 
-.PHONY: install install-core js-deps browser vectors test test-fast bench lint swarm swarm-down admit engine image toxiproxy chaos sim wheels quality clean
+.PHONY: install install-core js-deps browser vectors test test-fast bench lint swarm swarm-down admit stack stack-down engine image toxiproxy chaos sim wheels quality clean
 
 # The local model: llama-cpp-python is only on PyPI as source (it compiles llama.cpp,
 # about 4 minutes on 2 cores), so its wheel is built once, portable (no -march=native),
@@ -147,6 +147,31 @@ admit: install-core
 
 swarm-down:
 	$(COMPOSE) --profile tools --profile metrics --profile model down -v --remove-orphans
+	rm -rf $(LAB_DIR)
+
+# The same swarm on Docker Swarm mode, the engine's own multi-host orchestrator: `make stack`
+# makes this engine a one-node swarm if it is in none (chaos/docker/swarm-mode.sh says so),
+# admits the shape's members, writes $(LAB_DIR)/docker-stack.yml (chaos/docker/stack.py:
+# overlay network, dnsrr, one bootstrap address, a model service per machine), deploys it
+# as the stack $(STACK), then submits GOAL and follows it like `make swarm`. On several
+# machines, see the README ("Many machines"). `make stack-down` removes the stack and LAB_DIR.
+STACK ?= swarm-plan
+STACK_RUN = docker run --rm --network $(STACK)_lab -e SWARM_BOOTSTRAP="$$($(BIN)/python -m chaos.docker.stack --bootstrap --lab $(LAB_DIR))" \
+  -v $(abspath $(OUT)):/out -v $(LAB_DIR)/client:/client -v $(LAB_DIR)/watcher:/watcher \
+  -v $(LAB_DIR)/admin/members.json:/roster.json:ro $(IMAGE) --log-level warning
+stack: install image admit
+	@chaos/docker/swarm-mode.sh
+	$(BIN)/python -m chaos.docker.stack --shape $(SHAPE) --lab $(LAB_DIR) $(if $(MODEL_PROFILE),,--no-model) > $(LAB_DIR)/docker-stack.yml
+	WEB_PORT=$(WEB_PORT) $(COMPOSE_ENV) docker stack deploy --detach=true -c $(LAB_DIR)/docker-stack.yml $(STACK)
+	@echo "the live page: http://127.0.0.1:$(WEB_PORT)/ on the machine running the observer"
+	$(STACK_RUN) submit "$(GOAL)" --cluster $(CLUSTER) --timeout 180 --data-dir /client --roster /roster.json
+	$(STACK_RUN) observe --cluster $(CLUSTER) --follow --until-complete --timeout $(SWARM_TIMEOUT) \
+	  --data-dir /watcher --json /out/plan.json --md /out/plan.md
+	@echo "plan written to $(OUT)/plan.json and $(OUT)/plan.md; 'make stack-down' removes the stack"
+
+stack-down:
+	-docker stack rm $(STACK)
+	@for _ in $$(seq 1 60); do docker network inspect $(STACK)_lab >/dev/null 2>&1 || break; sleep 1; done
 	rm -rf $(LAB_DIR)
 
 # The image, built without the network: engine (started if none answers), base image

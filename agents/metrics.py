@@ -36,6 +36,9 @@ _COUNTERS = {
     "store_errors": "writes the store refused",
     "own_stalls": "stalls of this process noticed (a tick woke over a second late): pings across them do not count",
     "liveness_kept": "peers that missed two pings but were heard from otherwise, so kept",
+    "peers_learned": "peers first learned from a peer's listing (peer exchange)",
+    "peers_refused": "peer-exchange conversations refused: no valid ticket, or a listing that breaks the rules",
+    "peers_forgotten": "learned peers forgotten after failing their dials",
 }
 
 

@@ -59,7 +59,7 @@ class SyncRefused(SyncProtocolError):
     """The peer is not admitted to this cluster (no valid ticket for its peer id)."""
 
 
-def _check_ticket(message: dict[str, Any], stream: PeerStream, me: Credentials) -> str:
+def check_ticket(message: dict[str, Any], stream: PeerStream, me: Credentials) -> str:
     """The peer's role, once its ticket admits the stream's peer id in our cluster."""
     ticket = message.get("ticket")
     if not (isinstance(ticket, dict) and all(isinstance(ticket.get(k), str) for k in ("peer", "role", "sig"))):
@@ -129,7 +129,7 @@ async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials,
     hello = await _receive(stream, "summary")
     if hello.get("cluster") != me.cluster:
         raise SyncRefused(f"peer is in cluster {hello.get('cluster')!r}, we are in {me.cluster!r}")
-    _check_ticket(hello, stream, me)
+    check_ticket(hello, stream, me)
     offer = index.offer_for(_summary_from(hello.get("authors")))
     await stream.send(_encode({
         "type": "offer",
@@ -173,7 +173,7 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
     await stream.send(_encode({"type": "summary", "cluster": me.cluster, "ticket": me.ticket.wire(),
                                "authors": _summary_json(index.summary())}))
     reply = await _receive(stream, "offer")
-    _check_ticket(reply, stream, me)
+    check_ticket(reply, stream, me)
     theirs = _summary_from(reply.get("summary"))
     offer = _offer_from(reply.get("authors"))
     wanted = [i for o in offer.authors.values() for i in o.ids if i not in index and not known(i)]

@@ -39,8 +39,11 @@ DEFAULT_LISTEN = "/ip4/0.0.0.0/tcp/0"
 def add_network_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", action="append", metavar="MULTIADDR",
                         help=f"address to listen on (repeatable; default {DEFAULT_LISTEN})")
-    parser.add_argument("--bootstrap", action="append", default=[], metavar="MULTIADDR",
-                        help="a peer to dial, /ip4/.../tcp/.../p2p/<peer id> (repeatable)")
+    parser.add_argument("--bootstrap", action="append", default=os.environ.get("SWARM_BOOTSTRAP", "").split(),
+                        metavar="MULTIADDR",
+                        help="a peer to dial, /ip4/.../tcp/.../p2p/<peer id> or /dns4/NAME/tcp/...; one is "
+                             "enough, the rest are learned from peers (repeatable; default: the "
+                             "space-separated SWARM_BOOTSTRAP)")
     parser.add_argument("--cluster", help="cluster name (default: the one the member's ticket names; "
                         "given, it must match)")
     parser.add_argument("--no-mdns", dest="mdns", action="store_false", help="do not discover peers by mDNS")
@@ -67,7 +70,8 @@ def _network(creds: Credentials, args: argparse.Namespace):
 
     try:
         listen = _mdns_listen(args.listen or [DEFAULT_LISTEN], args.mdns)
-        return Libp2pNetwork(creds.identity, creds.cluster, listen, args.bootstrap, mdns=args.mdns)
+        return Libp2pNetwork(creds.identity, creds.cluster, listen, args.bootstrap, mdns=args.mdns,
+                             credentials=creds)
     except ValueError as exc:
         raise CommandError(f"bad multiaddr in --listen or --bootstrap: {exc}") from None
 

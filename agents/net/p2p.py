@@ -8,8 +8,9 @@ py-libp2p's defaults break a swarm (see ENVIRONMENT.md); this adapter fixes each
 * message ids: sha256 of the payload, so the replayed message cache and
   re-publications dedupe by content (the member dedupes by event id too);
 * the subscription (32-message queue) is drained at once into our own channel;
-* nothing reconnects by itself: we dial bootstrap and mDNS-discovered peers,
-  redial lost ones (after ``unblock_peer``, to skip the 60 s negative cache),
+* nothing reconnects by itself: we dial bootstrap and mDNS-discovered peers, and
+  peers learned from peers (``peer_exchange.py``, ``peer_book.py``: a bounded active
+  view past ``ACTIVE_PEERS``, so one bootstrap address is enough), redial lost ones (after ``unblock_peer``, to skip the 60 s negative cache),
   and check every connected peer's liveness (``liveness.py``: pings of our own,
   a blackholed link is disconnected);
 * ``new_stream`` is never awaited by a caller that must keep its deadline: py-libp2p
@@ -36,6 +37,7 @@ from libp2p.custom_types import TProtocol
 from libp2p.host.ping import ID as PING_PROTOCOL
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from libp2p.peer.peerstore import PeerStoreError
 from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
@@ -44,13 +46,16 @@ from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 from libp2p.tools.anyio_service import background_trio_service
 
+from agents.core.admission import Credentials
 from agents.core.identity import Identity
 from agents.logs import adopt_libp2p
-from agents.net import peer_records
+from agents.net import peer_exchange, peer_records
 from agents.net.base import StreamClosed, StreamHandler
 from agents.net.liveness import Liveness
+from agents.net.peer_book import PeerBook, listed_addresses, resolved
 from agents.net.streams import CLOSE_TIMEOUT, Libp2pStream, Opening, reset, sever
 from agents.syncproto import PROTOCOL as SYNC_PROTOCOL_ID
+from agents.syncproto import SyncProtocolError
 
 log = structlog.get_logger("swarm.net")
 adopt_libp2p()  # importing libp2p detached its logger from ours
@@ -58,6 +63,9 @@ peer_records.install()  # each peer's signed record checked once, not per gossip
 
 GOSSIP_PROTOCOLS = [TProtocol("/meshsub/1.2.0"), TProtocol("/meshsub/1.1.0"), TProtocol("/meshsub/1.0.0")]
 SYNC_PROTOCOL = TProtocol(SYNC_PROTOCOL_ID)
+PEERS_PROTOCOL = TProtocol(peer_exchange.PROTOCOL)
+EXCHANGE_INTERVAL = 30.0  # a connected peer is asked whom it knows on connecting, then this often
+EXCHANGE_TIMEOUT = 10.0
 DIAL_INTERVAL = 2.0
 DIAL_TIMEOUT = 5.0
 SEEN_TTL_S = 120  # gossip message ids remembered, and validation verdicts cached, this long
@@ -74,6 +82,7 @@ class Libp2pNetwork:
         bootstrap: Sequence[str] = (),
         mdns: bool = True,
         validator=None,
+        credentials: Credentials | None = None,
     ) -> None:
         self.identity = identity
         self.peer_id = identity.peer_id
@@ -81,11 +90,12 @@ class Libp2pNetwork:
         self.topic = f"swarm/{cluster}/events"
         self.status_topic = f"swarm/{cluster}/status/1"  # PROTOCOL.md section 12: never folded
         self._listen = [multiaddr.Multiaddr(a) for a in listen]
-        self._wanted: dict[str, PeerInfo] = {}
+        self.peers = PeerBook(self.peer_id)
         for address in bootstrap:
-            info = info_from_p2p_addr(multiaddr.Multiaddr(address))
-            if str(info.peer_id) != self.peer_id:
-                self._wanted[str(info.peer_id)] = info
+            self.peers.configure(info_from_p2p_addr(multiaddr.Multiaddr(address)))
+        self._credentials = credentials  # with them, peers are exchanged (admitted peers only)
+        self._asked_at: dict[str, float] = {}
+        self.exchange = {"answered": 0, "learned": 0, "refused": 0}
         self._mdns = mdns
         self.validator = validator  # set by the member: its intake screens gossip (counted refusals)
         self.status_validator = None  # set by a status board: a bad status is neither kept nor forwarded
@@ -141,7 +151,9 @@ class Libp2pNetwork:
         return sorted(str(p) for p in self.host.get_connected_peers())
 
     def counters(self) -> dict[str, int]:
-        return {"own_stalls": self.liveness.stalls.stalls, "liveness_kept": self.liveness.kept}
+        return {"own_stalls": self.liveness.stalls.stalls, "liveness_kept": self.liveness.kept,
+                "peers_learned": self.exchange["learned"], "peers_refused": self.exchange["refused"],
+                "peers_forgotten": self.peers.forgotten}
 
     def stalled_since(self, start: float) -> bool:
         return self.liveness.stalls.stalled_since(start)
@@ -302,6 +314,8 @@ class Libp2pNetwork:
             self._pubsub.set_topic_validator(self.status_topic, self._validate_status, False)
             statuses = await self._pubsub.subscribe(self.status_topic)
             self.host.set_stream_handler(SYNC_PROTOCOL, self._on_stream)
+            if self._credentials is not None:
+                self.host.set_stream_handler(PEERS_PROTOCOL, self._answer_peers)
             nursery.start_soon(self._drain, subscription, self._gossip_send)
             nursery.start_soon(self._drain, statuses, self._status_send)
             nursery.start_soon(self._dial_loop)
@@ -330,9 +344,9 @@ class Libp2pNetwork:
 
         def discovered(info: PeerInfo) -> None:  # zeroconf's thread
             def add() -> None:
-                if str(info.peer_id) != self.peer_id and str(info.peer_id) not in self._wanted:
+                if str(info.peer_id) != self.peer_id and str(info.peer_id) not in self.peers.configured:
                     log.info("discovered by mdns", peer=str(info.peer_id))
-                    self._wanted[str(info.peer_id)] = info
+                    self.peers.configure(info)
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(add)
 
@@ -343,18 +357,81 @@ class Libp2pNetwork:
             connected = set(self.connected_peers())
             for peer in connected - self._known_connected:
                 self._conn_send.send_nowait(peer)
+                self._ask_soon(peer)
             self._known_connected = connected
-            for peer, info in list(self._wanted.items()):
-                if peer in connected:
-                    continue
+            self._asked_at = {p: t for p, t in self._asked_at.items() if p in connected}
+            for info in self.peers.to_dial(connected):
+                peer = str(info.peer_id)
                 self.host.get_network().unblock_peer(info.peer_id)
                 try:
                     with trio.fail_after(DIAL_TIMEOUT):
-                        await self.host.connect(info)
+                        await self.host.connect(await resolved(info))
                 except Exception as exc:  # a failed dial is routine: retry next round
                     log.debug("dial failed", peer=peer, error=repr(exc)[:120])
+                    self.peers.dialled(peer, ok=False)
                     continue
+                self.peers.dialled(peer, ok=True)
                 log.info("connected", peer=peer)
                 self._known_connected.add(peer)
                 self._conn_send.send_nowait(peer)
+                self._ask_soon(peer)
+            if connected and self._credentials is not None:
+                # now and then ask a connected peer again (the oldest asked): peers come and go
+                oldest = min(sorted(connected), key=lambda p: self._asked_at.get(p, 0.0))
+                if trio.current_time() - self._asked_at.get(oldest, 0.0) > EXCHANGE_INTERVAL:
+                    self._ask_soon(oldest)
             await trio.sleep(DIAL_INTERVAL)
+
+    # --- peer exchange (peer_exchange.py) ------------------------------------
+
+    def _ask_soon(self, peer: str) -> None:
+        if self._credentials is None or self._nursery is None:
+            return
+        self._asked_at[peer] = trio.current_time()
+        self._nursery.start_soon(self._ask_peers, peer)
+
+    async def _ask_peers(self, peer: str) -> None:
+        assert self._credentials is not None
+        try:
+            with trio.move_on_after(EXCHANGE_TIMEOUT):
+                stream = Libp2pStream(await self._open(peer, PEERS_PROTOCOL), peer)
+                try:
+                    listing = await peer_exchange.ask(stream, self._credentials)
+                finally:
+                    await stream.aclose()
+                new = self.peers.learn(listing)
+                self.exchange["learned"] += new
+                if new:
+                    log.info("peers learned", peer=peer, new=new, listed=len(listing))
+        except SyncProtocolError as exc:
+            self.exchange["refused"] += 1
+            log.warning("peer exchange refused", peer=peer, reason=str(exc)[:200])
+        except StreamClosed as exc:
+            log.debug("peer exchange failed", peer=peer, error=str(exc)[:120])
+
+    def _known_addresses(self, peer: str) -> list[str]:
+        """Where ``peer`` listens, as far as we know (nothing before its signed record came)."""
+        peer_id = ID.from_base58(peer)
+        observed = [a for c in self.host.get_network().get_connections(peer_id) for a in c.get_transport_addresses()]
+        try:
+            declared = self.host.get_peerstore().addrs(peer_id)
+        except PeerStoreError:
+            return []
+        return listed_addresses(declared, observed)
+
+    async def _answer_peers(self, stream) -> None:
+        assert self._credentials is not None
+        peer = str(stream.muxed_conn.peer_id)
+        wrapped = Libp2pStream(stream, peer)
+        try:
+            with trio.move_on_after(EXCHANGE_TIMEOUT):
+                known = [(p, self._known_addresses(p)) for p in self.connected_peers()]
+                await peer_exchange.answer(wrapped, self._credentials, known)
+                self.exchange["answered"] += 1
+        except SyncProtocolError as exc:
+            self.exchange["refused"] += 1
+            log.warning("peer exchange refused", peer=peer, reason=str(exc)[:200])
+        except StreamClosed as exc:
+            log.debug("peer exchange failed", peer=peer, error=str(exc)[:120])
+        finally:
+            await wrapped.aclose()

@@ -1,0 +1,165 @@
+"""Peer exchange: one bootstrap address is enough, junk costs a bounded book, strangers learn nothing.
+
+Real libp2p hosts over loopback sockets (no mDNS): a member that knows only one
+peer comes to be connected to the peers that one knows.
+"""
+
+from __future__ import annotations
+
+import multiaddr
+import pytest
+import trio
+
+from agents.core.admission import Credentials, issue
+from agents.core.identity import Identity
+from agents.net import peer_book, peer_exchange
+from agents.net.base import StreamClosed
+from agents.net.p2p import Libp2pNetwork
+from agents.net.peer_book import PeerBook, listed_addresses
+from tests.builders import AUTHORITY, CLUSTER, credentials, gate, identity
+
+
+def _network(creds: Credentials, bootstrap: list[str] = ()) -> Libp2pNetwork:
+    return Libp2pNetwork(creds.identity, creds.cluster, ["/ip4/127.0.0.1/tcp/0"], bootstrap, mdns=False,
+                         credentials=creds)
+
+
+def _address(network: Libp2pNetwork) -> str:
+    address = network.addresses()[0]
+    return address if "/p2p/" in address else f"{address}/p2p/{network.peer_id}"
+
+
+async def test_members_that_know_only_a_hub_find_each_other_through_it() -> None:
+    hub = _network(credentials("hub", "observer"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(hub.run)
+        spokes = [_network(credentials(f"spoke-{i}", "scorer"), [_address(hub)]) for i in range(3)]
+        for spoke in spokes:
+            await nursery.start(spoke.run)
+        ids = {s.peer_id for s in spokes}
+        with trio.fail_after(30):
+            while not all(ids - {s.peer_id} <= set(s.connected_peers()) for s in spokes):
+                await trio.sleep(0.2)
+        assert all(s.counters()["peers_learned"] >= 1 for s in spokes)
+        assert all(s.counters()["peers_refused"] == 0 for s in spokes)
+        assert hub.exchange["answered"] >= 3
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_peer_without_a_ticket_of_the_cluster_learns_nothing_and_is_counted() -> None:
+    hub = _network(credentials("hub", "observer"))
+    other = Identity(b"\x07" * 32)
+    stranger_creds = Credentials(other, issue(Identity(b"\x08" * 32), CLUSTER, other.peer_id, "scorer"), gate())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(hub.run)
+        member = _network(credentials("member", "scorer"), [_address(hub)])
+        await nursery.start(member.run)
+        stranger = _network(stranger_creds, [_address(hub)])
+        await nursery.start(stranger.run)
+        with trio.fail_after(30):
+            # the hub refuses the stranger's ask, and the stranger's answer to its own ask
+            while hub.exchange["refused"] < 2:
+                await trio.sleep(0.2)
+        assert stranger.peers.learned == {}, "a peer the authority never admitted was given the hub's peers"
+        assert member.peer_id not in stranger.connected_peers()
+        nursery.cancel_scope.cancel()
+
+
+class _Scripted:
+    """A stream whose peer answers with ``frame`` (the asker's side of a hostile answerer)."""
+
+    def __init__(self, peer: str, frame: bytes) -> None:
+        self.peer, self._frame, self.sent = peer, frame, []
+
+    async def send(self, frame: bytes) -> None:
+        self.sent.append(frame)
+
+    async def receive(self, limit: int = 0) -> bytes:
+        if len(self._frame) > limit:
+            raise StreamClosed("over the limit")
+        return self._frame
+
+    async def aclose(self) -> None: ...
+
+    async def abort(self) -> None: ...
+
+
+def _answer(peers: object) -> bytes:
+    hub = credentials("hub", "observer")
+    return peer_exchange._encode({"type": "peers", "ticket": hub.ticket.wire(), "peers": peers})
+
+
+@pytest.mark.parametrize(("peers", "says"), [
+    ([[identity(f"p{i}").peer_id, ["/ip4/10.0.0.1/tcp/4001"]] for i in range(33)], "at most 32 peers"),
+    ([["not-a-peer-id", ["/ip4/10.0.0.1/tcp/4001"]]], "is not a peer id"),
+    ([[identity("p").peer_id, ["/ip4/10.0.0.1/udp/4001"]]], "TCP port"),
+    ([[identity("p").peer_id, ["/ip4/10.0.0.1/tcp/4001/p2p-circuit"]]], "TCP port"),
+    ([[identity("p").peer_id, ["/ip4/10.0.0.1/tcp/" + "1" * 300]]], "at most 200 characters"),
+    ([[identity("p").peer_id, []]], "1 to 4 addresses"),
+    ("everyone", "at most 32 peers"),
+])
+async def test_a_listing_that_breaks_a_rule_is_refused_whole(peers: object, says: str) -> None:
+    with pytest.raises(peer_exchange.PeerExchangeError, match=says):
+        await peer_exchange.ask(_Scripted(credentials("hub", "observer").identity.peer_id, _answer(peers)),
+                                credentials("asker", "scorer"))
+
+
+async def test_an_answer_lists_at_most_32_connected_peers_and_never_the_asker() -> None:
+    asker = credentials("asker", "scorer")
+    hub = credentials("hub", "observer")
+    connected = [(identity(f"p{i}").peer_id, [f"/ip4/10.0.0.{i}/tcp/4001"]) for i in range(40)]
+    connected.append((asker.identity.peer_id, ["/ip4/10.0.1.1/tcp/4001"]))
+    ask_frame = peer_exchange._encode({"type": "ask", "cluster": CLUSTER, "ticket": asker.ticket.wire()})
+    stream = _Scripted(asker.identity.peer_id, ask_frame)
+    assert await peer_exchange.answer(stream, hub, connected) == peer_exchange.MAX_LISTED
+    listed = peer_exchange._decode(stream.sent[0], "peers")["peers"]
+    assert len(listed) == 32 and asker.identity.peer_id not in {p for p, _ in listed}
+    again = _Scripted(asker.identity.peer_id, ask_frame)
+    await peer_exchange.answer(again, hub, reversed(connected))
+    assert peer_exchange._decode(again.sent[0], "peers")["peers"] == listed, "the choice depends on arrival order"
+
+
+def test_the_book_dials_configured_peers_always_and_learned_ones_only_while_connections_are_few() -> None:
+    book = PeerBook(identity("me").peer_id)
+    learned = [(identity(f"p{i}").peer_id, [f"/ip4/10.0.0.{i}/tcp/4001"]) for i in range(40)]
+    assert book.learn(learned) == 40 and book.learn(learned) == 0
+    assert len(book.to_dial(set())) == peer_book.ACTIVE_PEERS
+    few = {identity(f"p{i}").peer_id for i in range(5)}
+    assert len(book.to_dial(few)) == peer_book.ACTIVE_PEERS - 5
+    many = {identity(f"q{i}").peer_id for i in range(peer_book.ACTIVE_PEERS)}
+    assert book.to_dial(many) == []
+    from libp2p.peer.peerinfo import info_from_p2p_addr
+    boot = identity("boot").peer_id
+    book.configure(info_from_p2p_addr(multiaddr.Multiaddr(f"/dns4/observer/tcp/4001/p2p/{boot}")))
+    assert [str(i.peer_id) for i in book.to_dial(many)] == [boot]
+
+
+def test_a_learned_peer_is_forgotten_after_failed_dials_and_the_book_is_bounded() -> None:
+    book = PeerBook(identity("me").peer_id)
+    junk = [(identity(f"junk{i}").peer_id, ["/ip4/10.9.9.9/tcp/1"]) for i in range(peer_book.MAX_LEARNED + 50)]
+    book.learn(junk)
+    assert len(book.learned) == peer_book.MAX_LEARNED
+    first = junk[0][0]
+    for _ in range(peer_book.FORGET_AFTER):
+        book.dialled(first, ok=False)
+    assert first not in book and book.forgotten == 1
+
+
+def test_a_wildcard_address_is_listed_with_the_ip_its_connection_comes_from() -> None:
+    declared = [multiaddr.Multiaddr("/ip4/0.0.0.0/tcp/4001/p2p/" + identity("p").peer_id),
+                multiaddr.Multiaddr("/ip4/192.168.1.5/tcp/4001")]
+    observed = [multiaddr.Multiaddr("/ip4/10.0.2.7/tcp/51234")]
+    assert listed_addresses(declared, observed) == ["/ip4/10.0.2.7/tcp/4001", "/ip4/192.168.1.5/tcp/4001"]
+    assert listed_addresses(declared[:1], []) == []
+
+
+async def test_a_dns_address_is_dialled_at_the_ips_its_name_has_now() -> None:
+    from libp2p.peer.peerinfo import info_from_p2p_addr
+    info = info_from_p2p_addr(multiaddr.Multiaddr(f"/dns4/localhost/tcp/4001/p2p/{identity('p').peer_id}"))
+    found = await peer_book.resolved(info)
+    assert [str(a) for a in found.addrs] == ["/ip4/127.0.0.1/tcp/4001"]
+    nowhere = info_from_p2p_addr(multiaddr.Multiaddr(f"/dns4/no-such-host.invalid/tcp/1/p2p/{identity('p').peer_id}"))
+    assert (await peer_book.resolved(nowhere)).addrs == []
+
+
+assert AUTHORITY  # the builders' authority admits every member above but the stranger

@@ -1,0 +1,95 @@
+"""`make stack` on a one-node Docker Swarm: the plan completes, every member ends with one digest,
+and the members found each other from a single bootstrap address (peer exchange, no mDNS).
+
+Real containers on a real overlay network, deployed by ``docker stack deploy`` from the file
+``chaos/docker/stack.py`` writes, with the scripted model (this test is about coordination).
+An engine that was in no swarm is left in none again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from chaos.docker.compose import ROOT, Shape
+from chaos.docker.stack import render_stack
+
+STACK = "swarm-plan-test"
+SWARM = str(Path(sys.executable).with_name("swarm"))
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _swarm_state() -> str:
+    return subprocess.run(["docker", "info", "--format", "{{.Swarm.LocalNodeState}}"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _digest(data_dir: Path) -> str:
+    """The member's digest from its store, when its tree is complete."""
+    shown = subprocess.run([SWARM, "inspect", str(data_dir)], capture_output=True, text=True, timeout=60)
+    found = re.search(r"digest ([0-9a-f]{64}) \| complete", shown.stdout)
+    return found.group(1) if found else f"incomplete or none ({(shown.stdout + shown.stderr).strip()[-200:]})"
+
+
+@pytest.mark.slow
+def test_make_stack_completes_a_plan_on_a_one_node_swarm_from_one_bootstrap_address(tmp_path) -> None:
+    was = _swarm_state()
+    out = tmp_path / "out"
+    make = ["make", "-C", str(ROOT), f"OUT={out}", f"STACK={STACK}", "LLM=scripted"]
+    try:
+        done = subprocess.run([*make, "stack", f"WEB_PORT={_free_port()}", "GOAL=Plan a weekend in Kyoto",
+                               "SWARM_TIMEOUT=300"], capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        plan = json.loads((out / "plan.json").read_text())
+        assert plan["complete"] and plan["reorganisations"] == 0 and plan["refused"] == 0, plan
+
+        lab = out / "lab"
+        stack_file = yaml.safe_load((lab / "docker-stack.yml").read_text())
+        bootstraps = {s["environment"]["SWARM_BOOTSTRAP"] for s in stack_file["services"].values()}
+        assert len(bootstraps) == 1 and len(next(iter(bootstraps)).split()) == 1, bootstraps
+        assert "--no-mdns" in stack_file["services"]["scorer-1"]["command"]
+
+        # the watcher stopped at the first complete tree; the members hold what came after too
+        members = [name for name, _ in Shape().members()]
+        deadline = time.monotonic() + 120
+        while (digests := {m: _digest(lab / "members" / m) for m in members}) and \
+                (len(set(digests.values())) != 1 or "incomplete" in next(iter(digests.values()))) \
+                and time.monotonic() < deadline:
+            time.sleep(3)
+        assert len(set(digests.values())) == 1 and "incomplete" not in next(iter(digests.values())), digests
+
+        # each member was told only of the observer, yet connected to others it learned of
+        logs = subprocess.run(["docker", "service", "logs", f"{STACK}_executor-1"], capture_output=True,
+                              text=True, timeout=60)
+        learned = logs.stdout + logs.stderr  # a member logs to its stderr
+        assert '"peers learned"' in learned, learned[-2000:]
+    finally:
+        subprocess.run([*make, "stack-down"], capture_output=True, timeout=180)
+        if was == "inactive":
+            subprocess.run(["docker", "swarm", "leave", "--force"], capture_output=True, timeout=60)
+
+
+def test_the_stack_file_needs_an_admitted_lab_and_names_the_way_out(tmp_path) -> None:
+    with pytest.raises(ValueError, match="make admit"):
+        render_stack(Shape(), tmp_path)
+    (tmp_path / "admin").mkdir()
+    (tmp_path / "admin" / "members.json").write_text(json.dumps([{"peer": "12D3KooWx", "role": "scorer",
+                                                                   "name": "scorer-1"}]))
+    with pytest.raises(ValueError, match="no member named 'observer'"):
+        render_stack(Shape(), tmp_path)
+    done = subprocess.run([sys.executable, "-m", "chaos.docker.stack", "--lab", str(tmp_path / "nowhere")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2 and "make admit" in done.stderr
