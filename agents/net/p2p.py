@@ -71,6 +71,10 @@ DIAL_TIMEOUT = 5.0
 SEEN_TTL_S = 120  # gossip message ids remembered, and validation verdicts cached, this long
 
 
+async def _stay_stopped() -> None:
+    """In place of py-libp2p's ``AutoConnector.start``: it stays stopped, so it never dials."""
+
+
 class Libp2pNetwork:
     """A libp2p host on one cluster's gossip topic. Start it with ``nursery.start(net.run)``."""
 
@@ -110,6 +114,10 @@ class Libp2pNetwork:
             muxer_opt={YAMUX_PROTOCOL_ID: Yamux},
             enable_mDNS=mdns,
         )
+        # py-libp2p's auto-connector dials every peer its peerstore holds (mDNS puts each one
+        # there) until it has 50 connections, every 10 s: our dial loop decides whom to
+        # connect to (peer_book.py), so it never starts.
+        self.host.get_network().auto_connector.start = _stay_stopped
         self._router = GossipSub(
             protocols=GOSSIP_PROTOCOLS, degree=4, degree_low=3, degree_high=6,
             heartbeat_interval=1, heartbeat_initial_delay=0.1, time_to_live=30,
@@ -344,9 +352,9 @@ class Libp2pNetwork:
 
         def discovered(info: PeerInfo) -> None:  # zeroconf's thread
             def add() -> None:
-                if str(info.peer_id) != self.peer_id and str(info.peer_id) not in self.peers.configured:
+                if str(info.peer_id) != self.peer_id and str(info.peer_id) not in self.peers:
                     log.info("discovered by mdns", peer=str(info.peer_id))
-                    self.peers.configure(info)
+                    self.peers.discover(info)
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(add)
 

@@ -1,15 +1,16 @@
 """Whom a member dials: the peers it was told of, and a bounded set it learned from peers.
 
-*Configured* peers (``--bootstrap``, mDNS) are always dialled while not connected, as
-an operator asked. *Learned* peers (``peer_exchange``) are dialled only while the
-member has fewer than ``ACTIVE_PEERS`` connections, in an order of its own (a hash of
-its id and theirs, so that a cluster's members spread their connections instead of
-all dialling the same few), and forgotten after ``FORGET_AFTER`` failed dials in a row.
-At most ``MAX_LEARNED`` are remembered: a peer that lists junk fills a bounded book,
-and the junk leaves it as its dials fail. A cluster of up to ``ACTIVE_PEERS + 1``
-members connects every pair, as with mDNS alone; a larger one keeps each member's
-connections near ``ACTIVE_PEERS`` (gossip and sync need a connected graph, not a full
-one).
+*Configured* peers (``--bootstrap``) are always dialled while not connected, as an
+operator asked. *Discovered* (mDNS) and *learned* peers (``peer_exchange``) are dialled
+only while the member has fewer than ``ACTIVE_PEERS`` connections, in an order of its
+own (a hash of its id and theirs, so that a cluster's members spread their connections
+instead of all dialling the same few). A learned peer is forgotten after
+``FORGET_AFTER`` failed dials in a row, and at most ``MAX_LEARNED`` are remembered: a
+peer that lists junk fills a bounded book, and the junk leaves it as its dials fail. A
+discovered peer is never forgotten (mDNS does not announce a known peer again, and a
+partition must not outlast its heal). A cluster of up to ``ACTIVE_PEERS + 1`` members
+connects every pair, as before; a larger one keeps each member's connections near
+``ACTIVE_PEERS`` (gossip and sync need a connected graph, not a full one).
 
 Addresses may name hosts (``/dns4/observer/tcp/4001/p2p/ID``: Docker's DNS in a
 stack): they are resolved at each dial, so a peer whose container came back with
@@ -39,6 +40,7 @@ class PeerBook:
         self.own = own
         self.configured: dict[str, PeerInfo] = {}
         self.learned: dict[str, PeerInfo] = {}
+        self._sticky: set[str] = set()  # discovered by mDNS: never forgotten
         self._failures: dict[str, int] = {}
         self.forgotten = 0  # learned peers dropped after failing dials (a metric)
 
@@ -51,11 +53,18 @@ class PeerBook:
             self.configured[peer] = info
             self.learned.pop(peer, None)
 
+    def discover(self, info: PeerInfo) -> None:
+        """A peer found on the local network (mDNS): dialled like a learned one, never forgotten."""
+        peer = str(info.peer_id)
+        if peer != self.own and peer not in self.configured:
+            self.learned[peer] = info
+            self._sticky.add(peer)
+
     def learn(self, listing: Iterable[tuple[str, list[str]]]) -> int:
         """Remember peers a peer listed (``peer_exchange``); returns how many were new."""
         new = 0
         for peer, addresses in listing:
-            if peer == self.own or peer in self.configured:
+            if peer == self.own or peer in self.configured or peer in self._sticky:
                 continue
             if peer not in self.learned and len(self.learned) >= MAX_LEARNED:
                 continue
@@ -79,7 +88,7 @@ class PeerBook:
         if ok:
             self._failures.pop(peer, None)
             return
-        if peer not in self.learned:
+        if peer not in self.learned or peer in self._sticky:
             return
         self._failures[peer] = self._failures.get(peer, 0) + 1
         if self._failures[peer] >= FORGET_AFTER:

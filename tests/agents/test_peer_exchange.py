@@ -163,3 +163,26 @@ async def test_a_dns_address_is_dialled_at_the_ips_its_name_has_now() -> None:
 
 
 assert AUTHORITY  # the builders' authority admits every member above but the stranger
+
+
+def test_a_peer_found_by_mdns_is_dialled_within_the_bound_and_never_forgotten() -> None:
+    from libp2p.peer.peerinfo import info_from_p2p_addr
+    book = PeerBook(identity("me").peer_id)
+    found = identity("neighbour").peer_id
+    book.discover(info_from_p2p_addr(multiaddr.Multiaddr(f"/ip4/10.0.0.9/tcp/4001/p2p/{found}")))
+    for _ in range(peer_book.FORGET_AFTER * 3):  # a partition: every dial fails, for a long time
+        book.dialled(found, ok=False)
+    assert [str(i.peer_id) for i in book.to_dial(set())] == [found], "a partition outlasted its heal"
+    book.learn([(found, ["/ip4/6.6.6.6/tcp/1"])])  # a listing cannot replace what mDNS found
+    assert str(book.learned[found].addrs[0]) == "/ip4/10.0.0.9/tcp/4001"
+    many = {identity(f"q{i}").peer_id for i in range(peer_book.ACTIVE_PEERS)}
+    assert book.to_dial(many) == []
+
+
+async def test_py_libp2p_dials_nobody_of_its_own_accord() -> None:
+    network = _network(credentials("quiet", "scorer"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(network.run)
+        # its auto-connector would dial every peer in the peerstore (mDNS fills it) up to 50
+        assert network.host.get_network().auto_connector._started is False
+        nursery.cancel_scope.cancel()
