@@ -197,17 +197,20 @@ class StatusBoard:
         return sorted(rows, key=lambda r: (r["role"], r["peer"]))
 
 
-async def publish_statuses(member: Member, network) -> None:
+async def publish_statuses(member: Member, network, board: StatusBoard | None = None) -> None:
     """Gossip this member's status when what it is doing changes (at most every
-    ``STATUS_MIN_GAP_S``) and at least every ``heartbeat_every`` for the members it is
-    connected to and itself. The topic validator runs
-    on our own messages too, so a board on this process notes ours as it goes out."""
+    ``STATUS_MIN_GAP_S``) and at least every ``heartbeat_every`` for the cluster's size as
+    this member knows it: the peers ``board`` heard statuses from (itself included), or
+    those it is connected to and itself if that is more (a member connects to a bounded
+    few of a large cluster, which must not make every member beat faster). The topic
+    validator runs on our own messages too, so a board on this process notes ours as it
+    goes out."""
     sent: tuple[str, str] | None = None
     last = float("-inf")
     while True:
         record = status_of(member, member.now_ms())
         now = trio.current_time()
-        every = heartbeat_every(len(network.connected_peers()) + 1)
+        every = heartbeat_every(max(len(network.connected_peers()) + 1, len(board.latest) if board else 0))
         if (record["doing"], record["about"]) != sent or now - last >= every:
             sent, last = (record["doing"], record["about"]), now
             with contextlib.suppress(Exception):  # best-effort like all gossip; the next one comes soon

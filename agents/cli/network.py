@@ -97,11 +97,11 @@ def _member(creds: Credentials, store: EventStore, network, data_dir: Path, **kw
     return member, board
 
 
-async def _run_member(nursery: trio.Nursery, member: Member, network) -> None:
+async def _run_member(nursery: trio.Nursery, member: Member, network, board: StatusBoard) -> None:
     """Start the network, the member and its status channel (its own status out, others' in)."""
     await nursery.start(network.run)
     await nursery.start(member.run)
-    nursery.start_soon(publish_statuses, member, network)
+    nursery.start_soon(publish_statuses, member, network, board)
     nursery.start_soon(read_statuses, network)
 
 
@@ -151,10 +151,10 @@ def cmd_agent(args: argparse.Namespace) -> int:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_until_signal, nursery.cancel_scope)
-            member, _board = _member(creds, store, network, data_dir, backend=backend, strategy=args.strategy)
+            member, board = _member(creds, store, network, data_dir, backend=backend, strategy=args.strategy)
             member.metrics = metrics
             members.append(member)
-            await _run_member(nursery, member, network)
+            await _run_member(nursery, member, network, board)
             _write_addrs(data_dir, network.addresses())
             log.info("member running", role=creds.role, peer=identity.peer_id, cluster=creds.cluster,
                      data_dir=str(data_dir), events=len(member.index))
@@ -284,7 +284,7 @@ def cmd_observe(args: argparse.Namespace) -> int:
             nursery.start_soon(_until_signal, nursery.cancel_scope)
             member, board = _member(creds, store, network, data_dir)
             state["member"] = member
-            await _run_member(nursery, member, network)
+            await _run_member(nursery, member, network, board)
             _write_addrs(data_dir, network.addresses())
             if page_socket is not None:
                 url = await nursery.start(serve_page, Observatory(member, board, token), page_socket)

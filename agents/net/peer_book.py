@@ -1,16 +1,19 @@
 """Whom a member dials: the peers it was told of, and a bounded set it learned from peers.
 
-*Configured* peers (``--bootstrap``) are always dialled while not connected, as an
-operator asked. *Discovered* (mDNS) and *learned* peers (``peer_exchange``) are dialled
-only while the member has fewer than ``ACTIVE_PEERS`` connections, in an order of its
-own (a hash of its id and theirs, so that a cluster's members spread their connections
-instead of all dialling the same few). A learned peer is forgotten after
-``FORGET_AFTER`` failed dials in a row, and at most ``MAX_LEARNED`` are remembered: a
-peer that lists junk fills a bounded book, and the junk leaves it as its dials fail. A
-discovered peer is never forgotten (mDNS does not announce a known peer again, and a
-partition must not outlast its heal). A cluster of up to ``ACTIVE_PEERS + 1`` members
-connects every pair, as before; a larger one keeps each member's connections near
-``ACTIVE_PEERS`` (gossip and sync need a connected graph, not a full one).
+A member dials the peers it knows while it has fewer than ``ACTIVE_PEERS``
+connections: first the *configured* ones (``--bootstrap``), then the *discovered* (mDNS)
+and *learned* ones (``peer_exchange``), each group in an order of the member's own (a
+hash of its id and theirs, so that a cluster's members spread their connections instead
+of all dialling the same few). A cluster of up to ``ACTIVE_PEERS + 1`` members connects
+every pair, as a full bootstrap list or mDNS did; a larger one keeps each member's
+connections near ``ACTIVE_PEERS`` however many addresses it was given (gossip and sync
+need a connected graph, not a full one), and a member that loses connections (a
+partition, a peer gone) dials more until it is back at the bound.
+
+A learned peer is forgotten after ``FORGET_AFTER`` failed dials in a row, and at most
+``MAX_LEARNED`` are remembered: a peer that lists junk fills a bounded book, and the
+junk leaves it as its dials fail. Configured and discovered peers are never forgotten
+(mDNS does not announce a known peer again, and a partition must not outlast its heal).
 
 Addresses may name hosts (``/dns4/observer/tcp/4001/p2p/ID``: Docker's DNS in a
 stack): they are resolved at each dial, so a peer whose container came back with
@@ -74,14 +77,17 @@ class PeerBook:
         return new
 
     def to_dial(self, connected: set[str]) -> list[PeerInfo]:
-        """Configured peers not connected, then learned ones while connections are few."""
-        wanted = [info for peer, info in self.configured.items() if peer not in connected]
-        room = ACTIVE_PEERS - len(connected) - len(wanted)
-        if room > 0:
-            order = sorted((p for p in self.learned if p not in connected),
+        """The peers to dial now: none at ``ACTIVE_PEERS`` connections, else up to the bound."""
+        room = ACTIVE_PEERS - len(connected)
+        if room <= 0:
+            return []
+
+        def ordered(book: dict[str, PeerInfo]) -> list[PeerInfo]:
+            peers = sorted((p for p in book if p not in connected),
                            key=lambda p: hashlib.sha256(f"{self.own}/{p}".encode()).digest())
-            wanted += [self.learned[p] for p in order[:room]]
-        return wanted
+            return [book[p] for p in peers]
+
+        return (ordered(self.configured) + ordered(self.learned))[:room]
 
     def dialled(self, peer: str, ok: bool) -> None:
         """Count a learned peer's failed dials; forget it after ``FORGET_AFTER`` in a row."""

@@ -119,19 +119,25 @@ async def test_an_answer_lists_at_most_32_connected_peers_and_never_the_asker() 
     assert peer_exchange._decode(again.sent[0], "peers")["peers"] == listed, "the choice depends on arrival order"
 
 
-def test_the_book_dials_configured_peers_always_and_learned_ones_only_while_connections_are_few() -> None:
+def test_the_book_dials_up_to_the_bound_configured_peers_first_whatever_it_was_given() -> None:
+    from libp2p.peer.peerinfo import info_from_p2p_addr
     book = PeerBook(identity("me").peer_id)
     learned = [(identity(f"p{i}").peer_id, [f"/ip4/10.0.0.{i}/tcp/4001"]) for i in range(40)]
     assert book.learn(learned) == 40 and book.learn(learned) == 0
     assert len(book.to_dial(set())) == peer_book.ACTIVE_PEERS
     few = {identity(f"p{i}").peer_id for i in range(5)}
-    assert len(book.to_dial(few)) == peer_book.ACTIVE_PEERS - 5
+    assert len(book.to_dial(few)) == peer_book.ACTIVE_PEERS - 5 and not few & {str(i.peer_id) for i in book.to_dial(few)}
     many = {identity(f"q{i}").peer_id for i in range(peer_book.ACTIVE_PEERS)}
     assert book.to_dial(many) == []
-    from libp2p.peer.peerinfo import info_from_p2p_addr
-    boot = identity("boot").peer_id
-    book.configure(info_from_p2p_addr(multiaddr.Multiaddr(f"/dns4/observer/tcp/4001/p2p/{boot}")))
-    assert [str(i.peer_id) for i in book.to_dial(many)] == [boot]
+    boots = [identity(f"boot{i}").peer_id for i in range(49)]  # a full bootstrap list of a 50-member cluster
+    for boot in boots:
+        book.configure(info_from_p2p_addr(multiaddr.Multiaddr(f"/dns4/b/tcp/4001/p2p/{boot}")))
+    chosen = [str(i.peer_id) for i in book.to_dial(few)]
+    assert len(chosen) == peer_book.ACTIVE_PEERS - 5 and set(chosen) <= set(boots)
+    other = PeerBook(identity("someone else").peer_id)
+    for boot in boots:
+        other.configure(info_from_p2p_addr(multiaddr.Multiaddr(f"/dns4/b/tcp/4001/p2p/{boot}")))
+    assert [str(i.peer_id) for i in other.to_dial(few)] != chosen, "every member dials the same few"
 
 
 def test_a_learned_peer_is_forgotten_after_failed_dials_and_the_book_is_bounded() -> None:

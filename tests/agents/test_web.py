@@ -113,6 +113,35 @@ def test_heartbeats_slow_down_as_the_cluster_grows_and_so_does_the_silence_allow
     assert row["alive"], "... but not past a fifty-member cluster's"
 
 
+async def test_a_member_connected_to_a_few_of_a_big_cluster_beats_at_the_big_clusters_pace(tmp_path,
+                                                                                          autojump_clock) -> None:
+    """With a bounded active view a member of 50 is connected to about 12: its heartbeat
+    must follow the cluster it hears statuses from, or every member beats four times too fast."""
+    from types import SimpleNamespace
+
+    from agents.status import publish_statuses
+    cluster = LocalCluster(tmp_path, "status")
+    data_dir = cluster.admit("scorer-0", "scorer")
+    creds = credentials(data_dir, load_or_create(data_dir), None, None)
+    member = SimpleNamespace(doing=None, role="scorer", mute=False, cluster=creds.cluster, credentials=creds,
+                             stats=SimpleNamespace(model_calls=0, refused=0), backend=None, index=(),
+                             intake=SimpleNamespace(held=0), now_ms=lambda: int(trio.current_time() * 1000))
+    sent: list[float] = []
+
+    async def publish_status(data: bytes) -> None:
+        sent.append(trio.current_time())
+
+    network = SimpleNamespace(connected_peers=lambda: [f"p{i}" for i in range(12)], publish_status=publish_status)
+    board = StatusBoard(creds.gate)
+    board.latest.update({Identity.generate().peer_id: (None, 0.0) for _ in range(50)})
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(publish_statuses, member, network, board)
+        await trio.sleep(125)
+        nursery.cancel_scope.cancel()
+    gaps = {round(b - a, 1) for a, b in zip(sent, sent[1:])}
+    assert gaps == {heartbeat_every(50)}, gaps  # not heartbeat_every(13)
+
+
 def _get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=5) as answer:
         return answer.read()
