@@ -3,6 +3,7 @@ and the status channel that tells it what each member is doing."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import socket
@@ -138,7 +139,7 @@ async def test_a_member_connected_to_a_few_of_a_big_cluster_beats_at_the_big_clu
         nursery.start_soon(publish_statuses, member, network, board)
         await trio.sleep(125)
         nursery.cancel_scope.cancel()
-    gaps = {round(b - a, 1) for a, b in zip(sent, sent[1:])}
+    gaps = {round(b - a, 1) for a, b in itertools.pairwise(sent)}
     assert gaps == {heartbeat_every(50)}, gaps  # not heartbeat_every(13)
 
 
