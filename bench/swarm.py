@@ -40,9 +40,12 @@ from agents.core.identity import verify
 from agents.keyfile import load_or_create
 from agents.member import Member
 from agents.net.p2p import Libp2pNetwork
+from agents.net.peer_book import ACTIVE_PEERS
 from agents.store import EventStore
 from bench.synthetic import AUTHORITY, CLUSTER, plan_log
 
+PROPAGATION_SIZES = tuple(int(n) for n in os.environ.get("BENCH_PROPAGATION", "4,8,16,32,50").split(","))
+IDLE_SIZES = tuple(int(n) for n in os.environ.get("BENCH_IDLE", "3,9,21,30,50").split(","))
 LATE_JOIN_SIZES = tuple(int(n) for n in os.environ.get("BENCH_LATE_JOIN", "1000,10000,100000,1000000").split(","))
 
 
@@ -75,7 +78,8 @@ def start_agent_debug(proc: Proc, peers: list[Proc], cluster: str) -> None:
 
 async def _publish(procs: list[Proc], cluster: str, count: int, rate: float, root: Path) -> dict[str, float]:
     creds = credentials(root / "publisher", load_or_create(root / "publisher"), "client")
-    network = Libp2pNetwork(creds.identity, cluster, ["/ip4/127.0.0.1/tcp/0"], [p.address for p in procs], mdns=False)
+    network = Libp2pNetwork(creds.identity, cluster, ["/ip4/127.0.0.1/tcp/0"], [p.address for p in procs], mdns=False,
+                            credentials=creds)
     roster = (creds.identity.peer_id,)  # a roster is required; nobody votes on these probes
     sent: dict[str, float] = {}
     with EventStore.open(root / "publisher") as store:
@@ -83,9 +87,9 @@ async def _publish(procs: list[Proc], cluster: str, count: int, rate: float, roo
             await nursery.start(network.run)
             member = Member(creds, store, network)
             await nursery.start(member.run)
-            while len(network.connected_peers()) < len(procs):
+            while len(network.connected_peers()) < min(len(procs), ACTIVE_PEERS):  # the bound (peer_book.py)
                 await trio.sleep(0.1)
-            await trio.sleep(3)  # let the gossip mesh form (heartbeat 1 s) before measuring
+            await trio.sleep(3 + len(procs) / 10)  # let the gossip mesh form (heartbeat 1 s) before measuring
             for i in range(count):
                 event = await member.publish(GoalBody(text=f"probe {i}", scorers=roster, quorum=1, max_depth=1,
                                                       claim_lease_ms=1000, hold_limit_ms=1000, round_ms=1000))
@@ -96,7 +100,7 @@ async def _publish(procs: list[Proc], cluster: str, count: int, rate: float, roo
     return sent
 
 
-def propagation(members: int, count: int = 40, rate: float = 5.0) -> tuple[float, float, int]:
+def propagation(members: int, count: int = 40, rate: float = 5.0) -> tuple[float, float, int, int]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         cluster = f"bench-prop-{members}"
@@ -118,6 +122,8 @@ def propagation(members: int, count: int = 40, rate: float = 5.0) -> tuple[float
                         by_sync.add((proc.name, record["event_id"]))
         complete = sorted(max(times) - sent[e] for e, times in arrival.items() if len(times) == members)
         missing = len(sent) - len(complete)
+        if not complete:  # no event reached every member within the window
+            return float("nan"), float("nan"), missing, len(by_sync)
         p50 = statistics.median(complete) * 1000
         p99 = complete[min(len(complete) - 1, int(len(complete) * 0.99))] * 1000
         return p50, p99, missing, len(by_sync)
@@ -232,8 +238,9 @@ def _drops(log: Path) -> int:
     return sum(text.count(kind) for kind in DROPS)
 
 
-def idle_cost(members: int, settle: float = 25.0, window: float = 20.0) -> tuple[float, float, int]:
-    """Median CPU % of one core and PSS (MB) per idle member, and peers dropped in the window."""
+def idle_cost(members: int, settle: float = 25.0, window: float = 20.0) -> tuple[float, float, int, float]:
+    """Median CPU % of one core and PSS (MB) per idle member, peers dropped in the window, and
+    all members' CPU together (% of one core: 200 is this whole 2-core machine)."""
     roles = [(("decomposer", "scorer", "executor")[i % 3], i) for i in range(members)]
     with tempfile.TemporaryDirectory() as tmp:
         _, procs = provision(Path(tmp) / "members", "idle", roles)
@@ -250,8 +257,8 @@ def idle_cost(members: int, settle: float = 25.0, window: float = 20.0) -> tuple
             drops = sum(_drops(log) for log in logs) - drops_before
         finally:
             stop(procs)
-    cpu = statistics.median(100 * (b - a) / window for a, b in zip(before, after, strict=True))
-    return cpu, statistics.median(pss), drops
+    shares = [100 * (b - a) / window for a, b in zip(before, after, strict=True)]
+    return statistics.median(shares), statistics.median(pss), drops, sum(shares)
 
 
 def late_joins() -> None:
@@ -278,20 +285,23 @@ def main() -> None:
     logs.configure(level="warning")
     print("\n## networked swarm (processes on loopback)\n")
     print("### gossip propagation to every member (40 events at 5/s, observers only)")
+    print("Every member is given every other's address and dials while it has fewer than "
+          f"{ACTIVE_PEERS} connections (agents/net/peer_book.py).")
     print("| members | p50 to all (ms) | p99 to all (ms) | deliveries by sync (gossip lost) | never seen by all |")
     print("|---:|---:|---:|---:|---:|")
-    for members in (4, 8, 16):
+    for members in PROPAGATION_SIZES:
         p50, p99, missing, synced = propagation(members)
         print(f"| {members} | {p50:.0f} | {p99:.0f} | {synced} of {members * 40} | {missing} |", flush=True)
 
     print("\n### idle cost per member (no goal; scripted model; every member bootstraps to all)")
-    print("| members | CPU per member (% of a core) | vs 3 members | PSS per member (MB) | peers dropped in 20 s |")
-    print("|---:|---:|---:|---:|---:|")
+    print("| members | CPU per member (% of a core) | vs 3 members | all members (% of a core; 200 = both) "
+          "| PSS per member (MB) | peers dropped in 20 s |")
+    print("|---:|---:|---:|---:|---:|---:|")
     base_cpu = None
-    for members in (3, 9, 15, 21):
-        cpu, pss, drops = idle_cost(members)
+    for members in IDLE_SIZES:
+        cpu, pss, drops, total = idle_cost(members)
         base_cpu = base_cpu or max(cpu, 0.1)
-        print(f"| {members} | {cpu:.1f} | {cpu / base_cpu:.1f}x | {pss:.0f} | {drops} |", flush=True)
+        print(f"| {members} | {cpu:.1f} | {cpu / base_cpu:.1f}x | {total:.0f} | {pss:.0f} | {drops} |", flush=True)
 
     late_joins()
 

@@ -1,15 +1,17 @@
-"""`make stack` on a one-node Docker Swarm: the plan completes, every member ends with one digest,
-and the members found each other from a single bootstrap address (peer exchange, no mDNS).
+"""Whole clusters as a user brings them up, with the scripted model (these tests are about
+coordination): thirty members in containers with `make swarm` and the shape knobs, and
+`make stack` on a one-node Docker Swarm, whose members found each other from a single
+bootstrap address (peer exchange, no mDNS). In each the plan completes and every member
+ends with one digest.
 
-Real containers on a real overlay network, deployed by ``docker stack deploy`` from the file
-``chaos/docker/stack.py`` writes, with the scripted model (this test is about coordination).
-An engine that was in no swarm is left in none again.
+Real containers; for the stack, a real overlay network, deployed by ``docker stack deploy``
+from the file ``chaos/docker/stack.py`` writes. An engine that was in no swarm is left in
+none again.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import socket
 import subprocess
 import sys
@@ -19,11 +21,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agents.core.fold import fold
+from agents.store import EventStore
 from chaos.docker.compose import ROOT, Shape
 from chaos.docker.stack import render_stack
 
 STACK = "swarm-plan-test"
-SWARM = str(Path(sys.executable).with_name("swarm"))
 
 
 def _free_port() -> int:
@@ -38,10 +41,40 @@ def _swarm_state() -> str:
 
 
 def _digest(data_dir: Path) -> str:
-    """The member's digest from its store, when its tree is complete."""
-    shown = subprocess.run([SWARM, "inspect", str(data_dir)], capture_output=True, text=True, timeout=60)
-    found = re.search(r"digest ([0-9a-f]{64}) \| complete", shown.stdout)
-    return found.group(1) if found else f"incomplete or none ({(shown.stdout + shown.stderr).strip()[-200:]})"
+    """The member's digest from its store (as ``swarm inspect`` shows it), when its tree is complete."""
+    with EventStore.open(data_dir) as store:
+        tree = fold(store.events())
+    return tree.digest if tree.complete else f"incomplete ({tree.events} events)"
+
+
+def _one_complete_digest(lab: Path, members: list[str]) -> dict[str, str]:
+    """Every member's digest once all are complete and equal (or as they are after 120 s): the
+    watcher stopped at the first complete tree, and the members hold what came after too."""
+    deadline = time.monotonic() + 120
+    while (digests := {m: _digest(lab / "members" / m) for m in members}) and \
+            (len(set(digests.values())) != 1 or "incomplete" in next(iter(digests.values()))) \
+            and time.monotonic() < deadline:
+        time.sleep(3)
+    return digests
+
+
+@pytest.mark.slow
+def test_thirty_members_in_containers_complete_a_plan_with_one_digest(tmp_path) -> None:
+    out = tmp_path / "out"
+    shape = ["DECOMPOSERS=8", "SCORERS=8", "EXECUTORS=10", "OBSERVERS=4"]
+    make = ["make", "-C", str(ROOT), f"OUT={out}", "LLM=scripted", *shape]
+    try:
+        done = subprocess.run([*make, "swarm", f"WEB_PORT={_free_port()}", "GOAL=Plan a weekend in Kyoto",
+                               "SWARM_TIMEOUT=600"], capture_output=True, text=True, timeout=1200)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        plan = json.loads((out / "plan.json").read_text())
+        assert plan["complete"] and plan["reorganisations"] == 0 and plan["refused"] == 0, plan
+        members = [name for name, _ in Shape(8, 8, 10, 4).members()]
+        assert len(members) == 30
+        digests = _one_complete_digest(out / "lab", members)
+        assert len(set(digests.values())) == 1 and "incomplete" not in next(iter(digests.values())), digests
+    finally:
+        subprocess.run([*make, "swarm-down"], capture_output=True, timeout=300)
 
 
 @pytest.mark.slow
@@ -62,13 +95,7 @@ def test_make_stack_completes_a_plan_on_a_one_node_swarm_from_one_bootstrap_addr
         assert len(bootstraps) == 1 and len(next(iter(bootstraps)).split()) == 1, bootstraps
         assert "--no-mdns" in stack_file["services"]["scorer-1"]["command"]
 
-        # the watcher stopped at the first complete tree; the members hold what came after too
-        members = [name for name, _ in Shape().members()]
-        deadline = time.monotonic() + 120
-        while (digests := {m: _digest(lab / "members" / m) for m in members}) and \
-                (len(set(digests.values())) != 1 or "incomplete" in next(iter(digests.values()))) \
-                and time.monotonic() < deadline:
-            time.sleep(3)
+        digests = _one_complete_digest(lab, [name for name, _ in Shape().members()])
         assert len(set(digests.values())) == 1 and "incomplete" not in next(iter(digests.values())), digests
 
         # each member was told only of the observer, yet connected to others it learned of
