@@ -55,7 +55,6 @@ from agents.net.liveness import Liveness
 from agents.net.peer_book import PeerBook, listed_addresses, resolved
 from agents.net.streams import CLOSE_TIMEOUT, Libp2pStream, Opening, reset, sever
 from agents.syncproto import PROTOCOL as SYNC_PROTOCOL_ID
-from agents.syncproto import SyncProtocolError
 
 log = structlog.get_logger("swarm.net")
 adopt_libp2p()  # importing libp2p detached its logger from ours
@@ -99,6 +98,8 @@ class Libp2pNetwork:
             self.peers.configure(info_from_p2p_addr(multiaddr.Multiaddr(address)))
         self._credentials = credentials  # with them, peers are exchanged (admitted peers only)
         self._asked_at: dict[str, float] = {}
+        self._admitted: set[str] = set()  # peers whose ticket a peer exchange checked
+        self._strangers: set[str] = set()  # peers whose ticket a peer exchange refused
         self.exchange = {"answered": 0, "learned": 0, "refused": 0}
         self._mdns = mdns
         self.validator = validator  # set by the member: its intake screens gossip (counted refusals)
@@ -293,6 +294,8 @@ class Libp2pNetwork:
         try:
             if self._handler is not None:
                 await self._handler(wrapped)
+        except Exception as exc:  # never into py-libp2p: it would end the connection, or the host
+            log.error("sync stream handler failed", peer=peer, error=repr(exc)[:200])
         finally:
             await wrapped.aclose()
 
@@ -360,7 +363,13 @@ class Libp2pNetwork:
 
         peerDiscovery.register_peer_discovered_handler(discovered)
 
+    def _counted(self, connected: set[str]) -> set[str]:
+        """The connections the bound counts: not those whose ticket a peer exchange refused
+        (a stranger's connections must not stop a member from dialling its cluster)."""
+        return connected - self._strangers
+
     async def _dial_loop(self) -> None:
+        last_probe = trio.current_time()
         while True:
             connected = set(self.connected_peers())
             for peer in connected - self._known_connected:
@@ -368,27 +377,40 @@ class Libp2pNetwork:
                 self._ask_soon(peer)
             self._known_connected = connected
             self._asked_at = {p: t for p, t in self._asked_at.items() if p in connected}
-            for info in self.peers.to_dial(connected):
-                peer = str(info.peer_id)
-                self.host.get_network().unblock_peer(info.peer_id)
-                try:
-                    with trio.fail_after(DIAL_TIMEOUT):
-                        await self.host.connect(await resolved(info))
-                except Exception as exc:  # a failed dial is routine: retry next round
-                    log.debug("dial failed", peer=peer, error=repr(exc)[:120])
-                    self.peers.dialled(peer, ok=False)
-                    continue
-                self.peers.dialled(peer, ok=True)
-                log.info("connected", peer=peer)
-                self._known_connected.add(peer)
-                self._conn_send.send_nowait(peer)
-                self._ask_soon(peer)
+            self._admitted &= connected  # both bounded by the connections; a peer back is asked again
+            self._strangers &= connected
+            now = trio.current_time()
+            wanted = self.peers.to_dial(self._counted(connected), now)
+            if not wanted and now - last_probe > EXCHANGE_INTERVAL:
+                last_probe = now
+                probe = self.peers.probe(self._counted(connected), now)
+                wanted = [probe] if probe is not None else []
+            async with trio.open_nursery() as dials:  # side by side: a dead peer costs one timeout, not a turn each
+                for info in wanted:
+                    dials.start_soon(self._dial, info)
             if connected and self._credentials is not None:
                 # now and then ask a connected peer again (the oldest asked): peers come and go
                 oldest = min(sorted(connected), key=lambda p: self._asked_at.get(p, 0.0))
                 if trio.current_time() - self._asked_at.get(oldest, 0.0) > EXCHANGE_INTERVAL:
                     self._ask_soon(oldest)
             await trio.sleep(DIAL_INTERVAL)
+
+    async def _dial(self, info: PeerInfo) -> None:
+        peer = str(info.peer_id)
+        self.host.get_network().unblock_peer(info.peer_id)
+        try:
+            with trio.fail_after(DIAL_TIMEOUT):
+                await self.host.connect(await resolved(info))
+        except Exception as exc:  # a failed dial is routine: retried after its backoff
+            log.debug("dial failed", peer=peer, error=repr(exc)[:120])
+            self.peers.dialled(peer, ok=False, now=trio.current_time())
+            return
+        self.peers.dialled(peer, ok=True)
+        log.info("connected", peer=peer)
+        if peer not in self._known_connected:
+            self._known_connected.add(peer)
+            self._conn_send.send_nowait(peer)
+            self._ask_soon(peer)
 
     # --- peer exchange (peer_exchange.py) ------------------------------------
 
@@ -407,15 +429,21 @@ class Libp2pNetwork:
                     listing = await peer_exchange.ask(stream, self._credentials)
                 finally:
                     await stream.aclose()
+                self._admitted.add(peer)
                 new = self.peers.learn(listing)
                 self.exchange["learned"] += new
                 if new:
                     log.info("peers learned", peer=peer, new=new, listed=len(listing))
-        except SyncProtocolError as exc:
-            self.exchange["refused"] += 1
-            log.warning("peer exchange refused", peer=peer, reason=str(exc)[:200])
         except StreamClosed as exc:
             log.debug("peer exchange failed", peer=peer, error=str(exc)[:120])
+        except Exception as exc:  # SyncProtocolError, or anything else a hostile answer provokes
+            self._refused_by(peer, exc)
+
+    def _refused_by(self, peer: str, exc: Exception) -> None:
+        self.exchange["refused"] += 1
+        self._strangers.add(peer)  # not admitted, another cluster's, or breaking the protocol
+        self._admitted.discard(peer)
+        log.warning("peer exchange refused", peer=peer, reason=str(exc)[:200])
 
     def _known_addresses(self, peer: str) -> list[str]:
         """Where ``peer`` listens, as far as we know (nothing before its signed record came)."""
@@ -433,13 +461,15 @@ class Libp2pNetwork:
         wrapped = Libp2pStream(stream, peer)
         try:
             with trio.move_on_after(EXCHANGE_TIMEOUT):
-                known = [(p, self._known_addresses(p)) for p in self.connected_peers()]
+                # only peers whose tickets we checked, and only addresses an asker accepts
+                known = [(p, [a for a in self._known_addresses(p) if peer_exchange.valid_address(a)])
+                         for p in self.connected_peers() if p in self._admitted]
                 await peer_exchange.answer(wrapped, self._credentials, known)
+                self._admitted.add(peer)
                 self.exchange["answered"] += 1
-        except SyncProtocolError as exc:
-            self.exchange["refused"] += 1
-            log.warning("peer exchange refused", peer=peer, reason=str(exc)[:200])
         except StreamClosed as exc:
             log.debug("peer exchange failed", peer=peer, error=str(exc)[:120])
+        except Exception as exc:  # never into py-libp2p: it would end the connection, or the host
+            self._refused_by(peer, exc)
         finally:
             await wrapped.aclose()

@@ -4,11 +4,15 @@ A member dials the peers it knows while it has fewer than ``ACTIVE_PEERS``
 connections: first the *configured* ones (``--bootstrap``), then the *discovered* (mDNS)
 and *learned* ones (``peer_exchange``), each group in an order of the member's own (a
 hash of its id and theirs, so that a cluster's members spread their connections instead
-of all dialling the same few). A cluster of up to ``ACTIVE_PEERS + 1`` members connects
-every pair, as a full bootstrap list or mDNS did; a larger one keeps each member's
-connections near ``ACTIVE_PEERS`` however many addresses it was given (gossip and sync
-need a connected graph, not a full one), and a member that loses connections (a
-partition, a peer gone) dials more until it is back at the bound.
+of all dialling the same few). A cluster of up to ``ACTIVE_PEERS + 1`` peers (clients and
+watchers count) connects every pair, as a full bootstrap list or mDNS did; a larger one
+keeps each member's connections near ``ACTIVE_PEERS`` however many addresses it was given
+(gossip and sync need a connected graph, not a full one), and a member that loses connections (a
+partition, a peer gone) dials more until it is back at the bound. At the bound it still
+``probe``s one more known peer now and then (the caller's schedule), up to ``PROBE_BELOW``
+connections, so that a partition healed while both sides were full does not stay one. A
+peer whose dials fail is not tried again for a while, doubling each time, so a dead
+bootstrap address does not hold a slot.
 
 A learned peer is forgotten after ``FORGET_AFTER`` failed dials in a row, and at most
 ``MAX_LEARNED`` are remembered: a peer that lists junk fills a bounded book, and the
@@ -31,24 +35,35 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 
 ACTIVE_PEERS = 12
+PROBE_BELOW = 2 * ACTIVE_PEERS  # a member at the bound still probes one more peer now and then, up to this
 MAX_LEARNED = 256
+MAX_ADDRS = 8  # addresses remembered per learned peer (listings add to them, never replace them)
 FORGET_AFTER = 3
+RETRY_BASE_S = 2.0  # a peer whose dial failed n times in a row is not tried for 2^n times this, at most
+RETRY_MAX_S = 60.0
 _WILDCARDS = ("0.0.0.0", "::")
 
 
 class PeerBook:
-    """The peers one member may dial, and the order it dials them in."""
+    """The peers one member may dial, and the order it dials them in. Times are the
+    caller's monotonic seconds."""
 
     def __init__(self, own: str) -> None:
         self.own = own
         self.configured: dict[str, PeerInfo] = {}
-        self.learned: dict[str, PeerInfo] = {}
+        self.learned: dict[str, PeerInfo] = {}  # in the order first learned
         self._sticky: set[str] = set()  # discovered by mDNS: never forgotten
+        self._connected_once: set[str] = set()
         self._failures: dict[str, int] = {}
+        self._retry_at: dict[str, float] = {}
+        self._probed = b""  # the rotation key of the last peer probed
         self.forgotten = 0  # learned peers dropped after failing dials (a metric)
 
     def __contains__(self, peer: str) -> bool:
         return peer in self.configured or peer in self.learned
+
+    def _key(self, peer: str) -> bytes:
+        return hashlib.sha256(f"{self.own}/{peer}".encode()).digest()
 
     def configure(self, info: PeerInfo) -> None:
         peer = str(info.peer_id)
@@ -64,43 +79,81 @@ class PeerBook:
             self._sticky.add(peer)
 
     def learn(self, listing: Iterable[tuple[str, list[str]]]) -> int:
-        """Remember peers a peer listed (``peer_exchange``); returns how many were new."""
+        """Remember peers a peer listed (``peer_exchange``); returns how many were new. A
+        known peer's addresses are added to, never replaced (a hostile listing cannot move an
+        honest peer out of reach); a full book makes room by forgetting the oldest learned
+        peer never connected to, or takes no more."""
         new = 0
         for peer, addresses in listing:
             if peer == self.own or peer in self.configured or peer in self._sticky:
                 continue
-            if peer not in self.learned and len(self.learned) >= MAX_LEARNED:
-                continue
             addrs = [multiaddr.Multiaddr(a) for a in addresses]
-            new += peer not in self.learned
-            self.learned[peer] = PeerInfo(ID.from_base58(peer), addrs)
+            known = self.learned.get(peer)
+            if known is not None:
+                merged = list(known.addrs) + [a for a in addrs if a not in known.addrs]
+                self.learned[peer] = PeerInfo(known.peer_id, merged[:MAX_ADDRS])
+                continue
+            if len(self.learned) >= MAX_LEARNED and not self._make_room():
+                continue
+            new += 1
+            self.learned[peer] = PeerInfo(ID.from_base58(peer), addrs[:MAX_ADDRS])
         return new
 
-    def to_dial(self, connected: set[str]) -> list[PeerInfo]:
-        """The peers to dial now: none at ``ACTIVE_PEERS`` connections, else up to the bound."""
-        room = ACTIVE_PEERS - len(connected)
-        if room <= 0:
-            return []
+    def _make_room(self) -> bool:
+        for peer in self.learned:
+            if peer not in self._sticky and peer not in self._connected_once:
+                self._forget(peer)
+                return True
+        return False
 
+    def _forget(self, peer: str) -> None:
+        del self.learned[peer]
+        self._failures.pop(peer, None)
+        self._retry_at.pop(peer, None)
+        self.forgotten += 1
+
+    def _candidates(self, connected: set[str], now: float) -> list[PeerInfo]:
         def ordered(book: dict[str, PeerInfo]) -> list[PeerInfo]:
-            peers = sorted((p for p in book if p not in connected),
-                           key=lambda p: hashlib.sha256(f"{self.own}/{p}".encode()).digest())
+            peers = sorted((p for p in book if p not in connected and self._retry_at.get(p, 0.0) <= now),
+                           key=self._key)
             return [book[p] for p in peers]
 
-        return (ordered(self.configured) + ordered(self.learned))[:room]
+        return ordered(self.configured) + ordered(self.learned)
 
-    def dialled(self, peer: str, ok: bool) -> None:
-        """Count a learned peer's failed dials; forget it after ``FORGET_AFTER`` in a row."""
+    def to_dial(self, connected: set[str], now: float = 0.0) -> list[PeerInfo]:
+        """The peers to dial now: none at ``ACTIVE_PEERS`` connections, else up to the bound;
+        bootstrap peers first, peers whose last dials failed left out until their retry time."""
+        room = ACTIVE_PEERS - len(connected)
+        return self._candidates(connected, now)[:room] if room > 0 else []
+
+    def probe(self, connected: set[str], now: float = 0.0) -> PeerInfo | None:
+        """One more peer to dial although the member is at the bound (below ``PROBE_BELOW``):
+        the next known, unconnected one in the member's rotation. Now and then, so that a
+        partition healed while each side was full does not stay one, and the overlay mixes."""
+        if len(connected) >= PROBE_BELOW:
+            return None
+        candidates = sorted(self._candidates(connected, now), key=lambda i: self._key(str(i.peer_id)))
+        if not candidates:
+            return None
+        after = [i for i in candidates if self._key(str(i.peer_id)) > self._probed]
+        chosen = (after or candidates)[0]
+        self._probed = self._key(str(chosen.peer_id))
+        return chosen
+
+    def dialled(self, peer: str, ok: bool, now: float = 0.0) -> None:
+        """Note a dial's outcome: a failed one backs the peer off, and a learned peer is
+        forgotten after ``FORGET_AFTER`` in a row."""
         if ok:
             self._failures.pop(peer, None)
+            self._retry_at.pop(peer, None)
+            self._connected_once.add(peer)
             return
-        if peer not in self.learned or peer in self._sticky:
+        if peer not in self:
             return
-        self._failures[peer] = self._failures.get(peer, 0) + 1
-        if self._failures[peer] >= FORGET_AFTER:
-            del self.learned[peer]
-            del self._failures[peer]
-            self.forgotten += 1
+        failures = self._failures[peer] = self._failures.get(peer, 0) + 1
+        self._retry_at[peer] = now + min(RETRY_BASE_S * 2 ** failures, RETRY_MAX_S)
+        if failures >= FORGET_AFTER and peer in self.learned and peer not in self._sticky:
+            self._forget(peer)
 
 
 def listed_addresses(declared: Iterable[multiaddr.Multiaddr], observed: Iterable[multiaddr.Multiaddr]) -> list[str]:

@@ -52,7 +52,7 @@ def _encode(message: dict[str, Any]) -> bytes:
 def _decode(frame: bytes, expected: str) -> dict[str, Any]:
     try:
         message = json.loads(frame)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: bad JSON, bad UTF-8, an int over 4,300 digits
         raise PeerExchangeError(f"expected a JSON {expected} message, got undecodable bytes: {exc!r:.120}") from None
     if not isinstance(message, dict) or message.get("type") != expected:
         found = message.get("type") if isinstance(message, dict) else type(message).__name__
@@ -78,6 +78,15 @@ def _valid_address(address: Any) -> str:
     if len(parts) != 2 or parts[0] not in _ADDRESS_FIRST or parts[1] != "tcp":
         raise PeerExchangeError(f"{address[:60]!r} is not an IP or DNS name and a TCP port")
     return address
+
+
+def valid_address(address: str) -> bool:
+    """Whether an asker would accept ``address`` in a listing (an answerer lists no other)."""
+    try:
+        _valid_address(address)
+    except PeerExchangeError:
+        return False
+    return True
 
 
 def _parse_peers(data: Any, asker: str) -> Listing:

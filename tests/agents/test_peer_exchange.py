@@ -40,7 +40,8 @@ async def test_members_that_know_only_a_hub_find_each_other_through_it() -> None
         with trio.fail_after(30):
             while not all(ids - {s.peer_id} <= set(s.connected_peers()) for s in spokes):
                 await trio.sleep(0.2)
-        assert all(s.counters()["peers_learned"] >= 1 for s in spokes)
+        # three pairs of spokes connected, each by one side that learned the other from the hub
+        assert sum(s.counters()["peers_learned"] for s in spokes) >= 3
         assert all(s.counters()["peers_refused"] == 0 for s in spokes)
         assert hub.exchange["answered"] >= 3
         nursery.cancel_scope.cancel()
@@ -104,6 +105,22 @@ async def test_a_listing_that_breaks_a_rule_is_refused_whole(peers: object, says
                                 credentials("asker", "scorer"))
 
 
+async def test_an_integer_too_long_for_python_is_a_refusal_not_a_crash() -> None:
+    from agents import syncproto
+    frame = b'{"type": "ask", "cluster": ' + b"9" * 5000 + b"}"  # json.loads raises a bare ValueError
+    with pytest.raises(peer_exchange.PeerExchangeError):
+        peer_exchange._decode(frame, "ask")
+    with pytest.raises(syncproto.SyncProtocolError):
+        syncproto._decode(frame.replace(b"ask", b"summary"), "summary")
+
+
+def test_an_answerer_lists_only_addresses_an_asker_accepts() -> None:
+    assert peer_exchange.valid_address("/ip4/10.0.0.1/tcp/4001")
+    assert peer_exchange.valid_address("/dns4/observer/tcp/4001")
+    for junk in ("/ip4/10.0.0.1/tcp/1/tcp/2", "/dns4/" + "a" * 300 + "/tcp/1", "/ip4/10.0.0.1/udp/1", "nonsense"):
+        assert not peer_exchange.valid_address(junk), junk
+
+
 async def test_an_answer_lists_at_most_32_connected_peers_and_never_the_asker() -> None:
     asker = credentials("asker", "scorer")
     hub = credentials("hub", "observer")
@@ -142,13 +159,52 @@ def test_the_book_dials_up_to_the_bound_configured_peers_first_whatever_it_was_g
 
 def test_a_learned_peer_is_forgotten_after_failed_dials_and_the_book_is_bounded() -> None:
     book = PeerBook(identity("me").peer_id)
+    honest = identity("honest").peer_id
+    book.learn([(honest, ["/ip4/10.0.0.1/tcp/4001"])])
+    book.dialled(honest, ok=True)  # connected once: junk does not push it out
     junk = [(identity(f"junk{i}").peer_id, ["/ip4/10.9.9.9/tcp/1"]) for i in range(peer_book.MAX_LEARNED + 50)]
     book.learn(junk)
-    assert len(book.learned) == peer_book.MAX_LEARNED
-    first = junk[0][0]
-    for _ in range(peer_book.FORGET_AFTER):
-        book.dialled(first, ok=False)
-    assert first not in book and book.forgotten == 1
+    assert len(book.learned) == peer_book.MAX_LEARNED and honest in book
+    assert junk[0][0] not in book and junk[-1][0] in book, "the oldest never-connected entries make room"
+    last = junk[-1][0]
+    for n in range(peer_book.FORGET_AFTER):
+        book.dialled(last, ok=False, now=100.0 * n)
+    assert last not in book
+
+
+def test_a_listing_adds_to_a_peers_addresses_and_never_replaces_them() -> None:
+    book = PeerBook(identity("me").peer_id)
+    peer = identity("honest").peer_id
+    book.learn([(peer, ["/ip4/10.0.0.1/tcp/4001"])])
+    book.learn([(peer, ["/ip4/6.6.6.6/tcp/1", "/ip4/6.6.6.7/tcp/1"])])  # a hostile listing of an honest peer
+    assert [str(a) for a in book.learned[peer].addrs] == ["/ip4/10.0.0.1/tcp/4001", "/ip4/6.6.6.6/tcp/1",
+                                                          "/ip4/6.6.6.7/tcp/1"]
+
+
+def test_a_peer_whose_dials_fail_waits_longer_each_time_and_does_not_hold_a_slot() -> None:
+    from libp2p.peer.peerinfo import info_from_p2p_addr
+    book = PeerBook(identity("me").peer_id)
+    dead = identity("dead").peer_id
+    book.configure(info_from_p2p_addr(multiaddr.Multiaddr(f"/ip4/10.0.0.9/tcp/4001/p2p/{dead}")))
+    book.learn([(identity(f"p{i}").peer_id, [f"/ip4/10.0.0.{i}/tcp/4001"]) for i in range(40)])
+    assert str(book.to_dial(set(), now=0.0)[0].peer_id) == dead  # bootstrap first
+    book.dialled(dead, ok=False, now=0.0)
+    assert dead not in {str(i.peer_id) for i in book.to_dial(set(), now=3.0)}
+    assert str(book.to_dial(set(), now=4.0)[0].peer_id) == dead
+    book.dialled(dead, ok=False, now=4.0)
+    assert dead not in {str(i.peer_id) for i in book.to_dial(set(), now=11.0)}
+    assert dead in book, "a bootstrap peer is never forgotten"
+
+
+def test_a_member_at_the_bound_probes_one_known_peer_at_a_time_in_a_rotation() -> None:
+    book = PeerBook(identity("me").peer_id)
+    others = [identity(f"p{i}").peer_id for i in range(20)]
+    book.learn([(p, ["/ip4/10.0.0.1/tcp/4001"]) for p in others])
+    connected = set(others[:peer_book.ACTIVE_PEERS])
+    assert book.to_dial(connected) == []
+    probes = [str(book.probe(connected).peer_id) for _ in range(8)]
+    assert sorted(set(probes)) == sorted(set(others) - connected), "every unconnected peer is probed in turn"
+    assert book.probe(set(others[:8]) | {identity(f"q{i}").peer_id for i in range(peer_book.PROBE_BELOW)}) is None
 
 
 def test_a_wildcard_address_is_listed_with_the_ip_its_connection_comes_from() -> None:
@@ -176,9 +232,9 @@ def test_a_peer_found_by_mdns_is_dialled_within_the_bound_and_never_forgotten() 
     book = PeerBook(identity("me").peer_id)
     found = identity("neighbour").peer_id
     book.discover(info_from_p2p_addr(multiaddr.Multiaddr(f"/ip4/10.0.0.9/tcp/4001/p2p/{found}")))
-    for _ in range(peer_book.FORGET_AFTER * 3):  # a partition: every dial fails, for a long time
-        book.dialled(found, ok=False)
-    assert [str(i.peer_id) for i in book.to_dial(set())] == [found], "a partition outlasted its heal"
+    for n in range(peer_book.FORGET_AFTER * 3):  # a partition: every dial fails, for a long time
+        book.dialled(found, ok=False, now=100.0 * n)
+    assert [str(i.peer_id) for i in book.to_dial(set(), now=1000.0)] == [found], "a partition outlasted its heal"
     book.learn([(found, ["/ip4/6.6.6.6/tcp/1"])])  # a listing cannot replace what mDNS found
     assert str(book.learned[found].addrs[0]) == "/ip4/10.0.0.9/tcp/4001"
     many = {identity(f"q{i}").peer_id for i in range(peer_book.ACTIVE_PEERS)}
@@ -186,9 +242,16 @@ def test_a_peer_found_by_mdns_is_dialled_within_the_bound_and_never_forgotten() 
 
 
 async def test_py_libp2p_dials_nobody_of_its_own_accord() -> None:
-    network = _network(credentials("quiet", "scorer"))
+    """Its auto-connector dials every peer its peerstore holds (mDNS fills it) up to 50,
+    at start and every 10 s: a peer whose address is there but not in the book stays apart."""
+    other = _network(credentials("other", "scorer"))
+    quiet = _network(credentials("quiet", "scorer"))
     async with trio.open_nursery() as nursery:
-        await nursery.start(network.run)
-        # its auto-connector would dial every peer in the peerstore (mDNS fills it) up to 50
-        assert network.host.get_network().auto_connector._started is False
+        await nursery.start(other.run)
+        from libp2p.peer.id import ID
+        quiet.host.get_peerstore().add_addrs(ID.from_base58(other.peer_id),
+                                             [multiaddr.Multiaddr(other.addresses()[0].split("/p2p/")[0])], 3600)
+        await nursery.start(quiet.run)
+        await trio.sleep(4)
+        assert other.peer_id not in quiet.connected_peers()
         nursery.cancel_scope.cancel()
