@@ -72,24 +72,26 @@ def check_ticket(message: dict[str, Any], stream: PeerStream, me: Credentials) -
     return ticket["role"]
 
 
-def _encode(message: dict[str, Any]) -> bytes:
+def encode_message(message: dict[str, Any]) -> bytes:
     return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 async def _receive(stream: PeerStream, expected: str | tuple[str, ...]) -> dict[str, Any]:
     wanted = (expected,) if isinstance(expected, str) else expected
-    return _decode(await stream.receive(max(LIMITS[w] for w in wanted)), wanted)
+    return decode_message(await stream.receive(max(LIMITS[w] for w in wanted)), wanted)
 
 
-def _decode(frame: bytes, expected: str | tuple[str, ...]) -> dict[str, Any]:
+def decode_message(frame: bytes, expected: str | tuple[str, ...],
+                   error: type[SyncProtocolError] = SyncProtocolError) -> dict[str, Any]:
+    """A frame as a JSON object of one of the ``expected`` types; ``error`` names what came instead."""
     wanted = (expected,) if isinstance(expected, str) else expected
     try:
         message = json.loads(frame)
     except (ValueError, RecursionError) as exc:  # ValueError: bad JSON, bad UTF-8, an int over 4,300 digits
-        raise SyncProtocolError(f"expected a JSON {'/'.join(wanted)} message, got undecodable bytes: {exc!r:.120}") from None
+        raise error(f"expected a JSON {'/'.join(wanted)} message, got undecodable bytes: {exc!r:.120}") from None
     if not isinstance(message, dict) or message.get("type") not in wanted:
         found = message.get("type") if isinstance(message, dict) else type(message).__name__
-        raise SyncProtocolError(f"expected a {'/'.join(wanted)} message, found {found!r}")
+        raise error(f"expected a {'/'.join(wanted)} message, found {found!r}")
     return message
 
 
@@ -131,7 +133,7 @@ async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials,
         raise SyncRefused(f"peer is in cluster {hello.get('cluster')!r}, we are in {me.cluster!r}")
     check_ticket(hello, stream, me)
     offer = index.offer_for(_summary_from(hello.get("authors")))
-    await stream.send(_encode({
+    await stream.send(encode_message({
         "type": "offer",
         "ticket": me.ticket.wire(),
         "summary": _summary_json(index.summary()),
@@ -157,7 +159,7 @@ async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials,
                 size += len(wire) + wire.count(b'"') + wire.count(b"\\") + 3
         if events:  # a need for nothing we hold is no progress: it does not extend the deadline
             on_need()
-        await stream.send(_encode({"type": "events", "events": events, "rest": rest}))
+        await stream.send(encode_message({"type": "events", "events": events, "rest": rest}))
         sent += len(events)
 
 
@@ -170,7 +172,7 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
     With ``on_events``, each events frame goes to it as it arrives and none is returned:
     a large catch-up is stored as it comes, holding one frame at a time, and its ids
     drop out of what is asked next time (``index``/``known``) should the pull be cut."""
-    await stream.send(_encode({"type": "summary", "cluster": me.cluster, "ticket": me.ticket.wire(),
+    await stream.send(encode_message({"type": "summary", "cluster": me.cluster, "ticket": me.ticket.wire(),
                                "authors": _summary_json(index.summary())}))
     reply = await _receive(stream, "offer")
     check_ticket(reply, stream, me)
@@ -180,7 +182,7 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
     received: list[bytes] = []
     while wanted:
         asked, wanted = wanted[:BATCH], wanted[BATCH:]
-        await stream.send(_encode({"type": "need", "ids": asked}))
+        await stream.send(encode_message({"type": "need", "ids": asked}))
         answer = await _receive(stream, "events")
         events, rest = answer.get("events"), answer.get("rest")
         if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
@@ -201,7 +203,7 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
         else:
             on_events(frame)
         wanted = rest + wanted
-    await stream.send(_encode({"type": "done"}))
+    await stream.send(encode_message({"type": "done"}))
     return received, theirs
 
 

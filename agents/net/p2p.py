@@ -461,9 +461,8 @@ class Libp2pNetwork:
         wrapped = Libp2pStream(stream, peer)
         try:
             with trio.move_on_after(EXCHANGE_TIMEOUT):
-                # only peers whose tickets we checked, and only addresses an asker accepts
-                known = [(p, [a for a in self._known_addresses(p) if peer_exchange.valid_address(a)])
-                         for p in self.connected_peers() if p in self._admitted]
+                # only peers whose tickets we checked
+                known = [(p, self._known_addresses(p)) for p in self.connected_peers() if p in self._admitted]
                 await peer_exchange.answer(wrapped, self._credentials, known)
                 self._admitted.add(peer)
                 self.exchange["answered"] += 1

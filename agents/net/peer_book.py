@@ -34,6 +34,8 @@ import trio
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 
+from agents.net.peer_exchange import valid_address
+
 ACTIVE_PEERS = 12
 PROBE_BELOW = 2 * ACTIVE_PEERS  # a member at the bound still probes one more peer now and then, up to this
 MAX_LEARNED = 256
@@ -159,7 +161,8 @@ class PeerBook:
 def listed_addresses(declared: Iterable[multiaddr.Multiaddr], observed: Iterable[multiaddr.Multiaddr]) -> list[str]:
     """A connected peer's dialable addresses: what it declared (its signed peer record)
     without the ``/p2p`` part, with a wildcard IP (it listens on every interface) replaced
-    by the IP we see its connection come from."""
+    by the IP we see its connection come from; only addresses an asker accepts
+    (``peer_exchange.valid_address``: anything else would make it refuse the whole answer)."""
     seen_ips = [a.value_for_protocol("ip4") for a in observed if "ip4" in [p.name for p in a.protocols()]]
     out: list[str] = []
     for address in declared:
@@ -169,7 +172,7 @@ def listed_addresses(declared: Iterable[multiaddr.Multiaddr], observed: Iterable
             if not seen_ips:
                 continue
             parts = parts.replace("/ip4/0.0.0.0/", f"/ip4/{seen_ips[0]}/", 1)
-        if parts not in out and names[-1:] == ["tcp"]:
+        if parts not in out and valid_address(parts):
             out.append(parts)
     return out
 

@@ -19,7 +19,6 @@ entry after a few of them). An answer that breaks any of these rules is refused 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,7 +27,7 @@ from libp2p.peer.id import ID
 
 from agents.core.admission import Credentials
 from agents.net.base import PeerStream
-from agents.syncproto import SyncProtocolError, check_ticket
+from agents.syncproto import SyncProtocolError, check_ticket, decode_message, encode_message
 
 PROTOCOL = "/swarm/peers/1.0.0"
 MAX_LISTED = 32
@@ -43,21 +42,6 @@ Listing = list[tuple[str, list[str]]]
 
 class PeerExchangeError(SyncProtocolError):
     """The peer broke the peer-exchange protocol: the message says how."""
-
-
-def _encode(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, separators=(",", ":")).encode()
-
-
-def _decode(frame: bytes, expected: str) -> dict[str, Any]:
-    try:
-        message = json.loads(frame)
-    except (ValueError, RecursionError) as exc:  # ValueError: bad JSON, bad UTF-8, an int over 4,300 digits
-        raise PeerExchangeError(f"expected a JSON {expected} message, got undecodable bytes: {exc!r:.120}") from None
-    if not isinstance(message, dict) or message.get("type") != expected:
-        found = message.get("type") if isinstance(message, dict) else type(message).__name__
-        raise PeerExchangeError(f"expected a {expected} message, found {found!r}")
-    return message
 
 
 def listing(asker: str, peers: Iterable[tuple[str, list[str]]]) -> Listing:
@@ -109,18 +93,18 @@ def _parse_peers(data: Any, asker: str) -> Listing:
 async def ask(stream: PeerStream, me: Credentials) -> Listing:
     """Ask the stream's peer whom it knows. PeerExchangeError (or SyncRefused) when it
     breaks the protocol or is not admitted; StreamClosed when the stream fails."""
-    await stream.send(_encode({"type": "ask", "cluster": me.cluster, "ticket": me.ticket.wire()}))
-    answer = _decode(await stream.receive(ANSWER_LIMIT), "peers")
+    await stream.send(encode_message({"type": "ask", "cluster": me.cluster, "ticket": me.ticket.wire()}))
+    answer = decode_message(await stream.receive(ANSWER_LIMIT), "peers", PeerExchangeError)
     check_ticket(answer, stream, me)
     return _parse_peers(answer.get("peers"), me.identity.peer_id)
 
 
 async def answer(stream: PeerStream, me: Credentials, connected: Iterable[tuple[str, list[str]]]) -> int:
     """Answer one ask with a listing of ``connected`` (peer id, addresses); returns how many."""
-    question = _decode(await stream.receive(ASK_LIMIT), "ask")
+    question = decode_message(await stream.receive(ASK_LIMIT), "ask", PeerExchangeError)
     if question.get("cluster") != me.cluster:
         raise PeerExchangeError(f"peer is in cluster {question.get('cluster')!r}, we are in {me.cluster!r}")
     check_ticket(question, stream, me)
     chosen = listing(stream.peer, connected)
-    await stream.send(_encode({"type": "peers", "ticket": me.ticket.wire(), "peers": [list(p) for p in chosen]}))
+    await stream.send(encode_message({"type": "peers", "ticket": me.ticket.wire(), "peers": [list(p) for p in chosen]}))
     return len(chosen)

@@ -171,15 +171,20 @@ class Shape:
         return out + [("observer" if i == 1 else f"observer-{i}", "observer") for i in range(1, self.observers + 1)]
 
 
+def role_args(name: str, role: str) -> str:
+    """What a member's command adds for its role: decomposers take the strategies in turn."""
+    if role != "decomposer":
+        return ""
+    return f" --strategy {STRATEGIES[(int(name.rsplit('-', 1)[1]) - 1) % len(STRATEGIES)]}"
+
+
 def render_compose(shape: Shape, prometheus: str = "./chaos/docker/prometheus.yml") -> str:
     parts = [HEADER.format(shape=shape)]
     for name, role in shape.members():
         if role == "observer":
             parts.append(FIRST_OBSERVER if name == "observer" else MORE_OBSERVER.format(name=name))
             continue
-        number = int(name.rsplit("-", 1)[1])
-        extra = f" --strategy {STRATEGIES[(number - 1) % len(STRATEGIES)]}" if role == "decomposer" else ""
-        parts.append(AGENT.format(name=name, role=role, extra=extra))
+        parts.append(AGENT.format(name=name, role=role, extra=role_args(name, role)))
     parts.append(FOOTER.format(prometheus=prometheus))
     return "".join(parts)
 

@@ -28,7 +28,7 @@ import json
 import sys
 from pathlib import Path
 
-from chaos.docker.compose import STRATEGIES, Shape
+from chaos.docker.compose import Shape, role_args
 
 HEADER = """\
 # The swarm on Docker Swarm mode (`make stack`; `make stack-down` removes it): one service per
@@ -116,9 +116,7 @@ def render_stack(shape: Shape, lab: Path, model: bool = True) -> str:
         if role == "observer":
             parts.append(OBSERVER.format(name=name, ports=PAGE_PORT if name == "observer" else ""))
             continue
-        number = int(name.rsplit("-", 1)[1])
-        extra = f" --strategy {STRATEGIES[(number - 1) % len(STRATEGIES)]}" if role == "decomposer" else ""
-        parts.append(AGENT.format(name=name, role=role, extra=extra))
+        parts.append(AGENT.format(name=name, role=role, extra=role_args(name, role)))
     footer = FOOTER if model else "\n" + FOOTER[FOOTER.index("networks:"):]
     parts.append(footer)
     return "".join(parts)

@@ -47,15 +47,26 @@ def _digest(data_dir: Path) -> str:
     return tree.digest if tree.complete else f"incomplete ({tree.events} events)"
 
 
-def _one_complete_digest(lab: Path, members: list[str]) -> dict[str, str]:
-    """Every member's digest once all are complete and equal (or as they are after 120 s): the
-    watcher stopped at the first complete tree, and the members hold what came after too."""
+def _plan_by_make(make: list[str], out: Path, target: str, swarm_timeout: int, timeout: int) -> dict:
+    """Run ``make TARGET`` as a user would (a free page port, a short goal) and return the
+    plan it wrote, once it says the plan is complete, with no refusal or reorganisation."""
+    done = subprocess.run([*make, target, f"WEB_PORT={_free_port()}", "GOAL=Plan a weekend in Kyoto",
+                           f"SWARM_TIMEOUT={swarm_timeout}"], capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["complete"] and plan["reorganisations"] == 0 and plan["refused"] == 0, plan
+    return plan
+
+
+def _assert_one_complete_digest(lab: Path, members: list[str]) -> None:
+    """Every member's store folds to one complete tree (waiting up to 120 s): the watcher
+    stopped at the first complete tree, and the members hold what came after too."""
     deadline = time.monotonic() + 120
     while (digests := {m: _digest(lab / "members" / m) for m in members}) and \
             (len(set(digests.values())) != 1 or "incomplete" in next(iter(digests.values()))) \
             and time.monotonic() < deadline:
         time.sleep(3)
-    return digests
+    assert len(set(digests.values())) == 1 and "incomplete" not in next(iter(digests.values())), digests
 
 
 @pytest.mark.slow
@@ -64,15 +75,10 @@ def test_thirty_members_in_containers_complete_a_plan_with_one_digest(tmp_path) 
     shape = ["DECOMPOSERS=8", "SCORERS=8", "EXECUTORS=10", "OBSERVERS=4"]
     make = ["make", "-C", str(ROOT), f"OUT={out}", "LLM=scripted", *shape]
     try:
-        done = subprocess.run([*make, "swarm", f"WEB_PORT={_free_port()}", "GOAL=Plan a weekend in Kyoto",
-                               "SWARM_TIMEOUT=600"], capture_output=True, text=True, timeout=1200)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        plan = json.loads((out / "plan.json").read_text())
-        assert plan["complete"] and plan["reorganisations"] == 0 and plan["refused"] == 0, plan
+        _plan_by_make(make, out, "swarm", swarm_timeout=600, timeout=1200)
         members = [name for name, _ in Shape(8, 8, 10, 4).members()]
         assert len(members) == 30
-        digests = _one_complete_digest(out / "lab", members)
-        assert len(set(digests.values())) == 1 and "incomplete" not in next(iter(digests.values())), digests
+        _assert_one_complete_digest(out / "lab", members)
     finally:
         subprocess.run([*make, "swarm-down"], capture_output=True, timeout=300)
 
@@ -83,11 +89,7 @@ def test_make_stack_completes_a_plan_on_a_one_node_swarm_from_one_bootstrap_addr
     out = tmp_path / "out"
     make = ["make", "-C", str(ROOT), f"OUT={out}", f"STACK={STACK}", "LLM=scripted"]
     try:
-        done = subprocess.run([*make, "stack", f"WEB_PORT={_free_port()}", "GOAL=Plan a weekend in Kyoto",
-                               "SWARM_TIMEOUT=300"], capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        plan = json.loads((out / "plan.json").read_text())
-        assert plan["complete"] and plan["reorganisations"] == 0 and plan["refused"] == 0, plan
+        _plan_by_make(make, out, "stack", swarm_timeout=300, timeout=900)
 
         lab = out / "lab"
         stack_file = yaml.safe_load((lab / "docker-stack.yml").read_text())
@@ -95,8 +97,7 @@ def test_make_stack_completes_a_plan_on_a_one_node_swarm_from_one_bootstrap_addr
         assert len(bootstraps) == 1 and len(next(iter(bootstraps)).split()) == 1, bootstraps
         assert "--no-mdns" in stack_file["services"]["scorer-1"]["command"]
 
-        digests = _one_complete_digest(lab, [name for name, _ in Shape().members()])
-        assert len(set(digests.values())) == 1 and "incomplete" not in next(iter(digests.values())), digests
+        _assert_one_complete_digest(lab, [name for name, _ in Shape().members()])
 
         # each member was told only of the observer, yet connected to others it learned of
         logs = subprocess.run(["docker", "service", "logs", f"{STACK}_executor-1"], capture_output=True,
