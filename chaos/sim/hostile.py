@@ -50,7 +50,7 @@ from agents.core.events import (
 from agents.core.identity import Identity
 from agents.core.tree import PlanTree
 from agents.net.base import StreamClosed
-from agents.syncproto import SyncProtocolError, _encode, pull
+from agents.syncproto import SyncProtocolError, encode_message, pull
 from chaos.sim.network import SimFabric
 
 BEHAVIOURS = ("sybil", "forker", "limits", "garbage", "sync-garbage", "stall", "flood", "hog")
@@ -199,8 +199,8 @@ class Hostile:
     async def _sync_garbage(self, sender: str) -> None:
         for peer in self.fabric.peers_of(sender)[:3]:
             for frames in ([self.rng.randbytes(64)], [b"[1, 2, 3]"],
-                           [_encode({"type": "summary", "cluster": self.cluster, "authors": {"x": "y"}})],
-                           [_encode({"type": "summary", "cluster": self.cluster,
+                           [encode_message({"type": "summary", "cluster": self.cluster, "authors": {"x": "y"}})],
+                           [encode_message({"type": "summary", "cluster": self.cluster,
                                      "ticket": {"peer": sender, "role": "observer", "sig": "A" * 86 + "=="},
                                      "authors": {}})]):
                 try:
