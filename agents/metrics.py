@@ -39,6 +39,7 @@ _COUNTERS = {
     "peers_learned": "peers first learned from a peer's listing (peer exchange)",
     "peers_refused": "peer-exchange conversations refused: no valid ticket, or a listing that breaks the rules",
     "peers_forgotten": "learned peers forgotten after failing their dials",
+    "peer_asks_too_soon": "peer-exchange asks closed unanswered: the same peer had been answered under 10 s before",
 }
 
 

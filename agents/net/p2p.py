@@ -65,6 +65,7 @@ SYNC_PROTOCOL = TProtocol(SYNC_PROTOCOL_ID)
 PEERS_PROTOCOL = TProtocol(peer_exchange.PROTOCOL)
 EXCHANGE_INTERVAL = 30.0  # a connected peer is asked whom it knows on connecting, then this often
 EXCHANGE_TIMEOUT = 10.0
+ASKS_APART = 10.0  # a peer's asks are answered at most this often; one sooner is closed unanswered
 DIAL_INTERVAL = 2.0
 DIAL_TIMEOUT = 5.0
 SEEN_TTL_S = 120  # gossip message ids remembered, and validation verdicts cached, this long
@@ -100,7 +101,8 @@ class Libp2pNetwork:
         self._asked_at: dict[str, float] = {}
         self._admitted: set[str] = set()  # peers whose ticket a peer exchange checked
         self._strangers: set[str] = set()  # peers whose ticket a peer exchange refused
-        self.exchange = {"answered": 0, "learned": 0, "refused": 0}
+        self._answered_at: dict[str, float] = {}  # peers answered in the last ASKS_APART seconds
+        self.exchange = {"answered": 0, "learned": 0, "refused": 0, "too_soon": 0}
         self._mdns = mdns
         self.validator = validator  # set by the member: its intake screens gossip (counted refusals)
         self.status_validator = None  # set by a status board: a bad status is neither kept nor forwarded
@@ -162,7 +164,7 @@ class Libp2pNetwork:
     def counters(self) -> dict[str, int]:
         return {"own_stalls": self.liveness.stalls.stalls, "liveness_kept": self.liveness.kept,
                 "peers_learned": self.exchange["learned"], "peers_refused": self.exchange["refused"],
-                "peers_forgotten": self.peers.forgotten}
+                "peers_forgotten": self.peers.forgotten, "peer_asks_too_soon": self.exchange["too_soon"]}
 
     def stalled_since(self, start: float) -> bool:
         return self.liveness.stalls.stalled_since(start)
@@ -380,6 +382,8 @@ class Libp2pNetwork:
             self._admitted &= connected  # both bounded by the connections; a peer back is asked again
             self._strangers &= connected
             now = trio.current_time()
+            # kept across reconnections (a reconnecting peer must not reset its window), bounded by time
+            self._answered_at = {p: t for p, t in self._answered_at.items() if now - t < ASKS_APART}
             wanted = self.peers.to_dial(self._counted(connected), now)
             if not wanted and now - last_probe > EXCHANGE_INTERVAL:
                 last_probe = now
@@ -459,6 +463,15 @@ class Libp2pNetwork:
         assert self._credentials is not None
         peer = str(stream.muxed_conn.peer_id)
         wrapped = Libp2pStream(stream, peer)
+        now = trio.current_time()
+        if now - self._answered_at.get(peer, -ASKS_APART) < ASKS_APART:
+            # an honest member asks on connecting and then every EXCHANGE_INTERVAL: this is a
+            # flood (or a quick reconnection); closed before reading, counted, logged quietly
+            self.exchange["too_soon"] += 1
+            log.debug("peer exchange asked too soon", peer=peer)
+            await wrapped.aclose()
+            return
+        self._answered_at[peer] = now
         try:
             with trio.move_on_after(EXCHANGE_TIMEOUT):
                 # only peers whose tickets we checked

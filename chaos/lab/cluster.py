@@ -1,26 +1,47 @@
-"""The cluster under test: one container per member, controlled through the Docker API.
+"""The cluster under test: one container per member, on testcontainers-python.
 
 Every member runs the swarm image (``swarm agent --role ...``) on a bridge
 network of its own run (masquerading off: nothing is routed outside this
 machine; mDNS works on it). Its data directory is a host directory mounted at
 ``/data``, so a killed member restarts from the very same store, and the
-recorder reads every store from the host. Containers and the network carry
-the label ``swarm-lab=<run id>``; ``close`` removes them, and ``sweep`` removes
-whatever an interrupted run left behind.
+recorder reads every store from the host.
+
+testcontainers does the lifecycle: each member, the goal's one-shot client and
+the hostile peer are ``DockerContainer`` objects, the run's network a
+testcontainers ``Network``, and "the member is up" a testcontainers wait
+strategy (:class:`Listening`: its addresses file appeared in its data
+directory, the way it tells the world it listens). The Docker SDK stays
+underneath for what testcontainers has no word for: starting the *same*
+container again after a kill (its ``start`` creates a new one, with a new
+address and no history), signals, pause and unpause, memory stats, detached
+exec (Toxiproxy's server) and the sweep. Ryuk, testcontainers' reaper of
+abandoned containers, is an image from Docker Hub, which is unreachable here:
+it is turned off, and our labels do its work. Containers and the network carry
+the label ``swarm-lab=<run id>`` (beside testcontainers' own); ``close`` removes
+them, and ``sweep`` removes whatever an interrupted run left behind.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import docker
 import docker.errors
 import structlog
+from docker.models.containers import Container
+from testcontainers.core.config import testcontainers_config
+from testcontainers.core.container import DockerContainer
+from testcontainers.core.network import Network
+from testcontainers.core.waiting_utils import WaitStrategy
 
 from agents.clusterdir import ClusterDir
+
+# Ryuk's image (testcontainers/ryuk) cannot be pulled here; cleanup is by our labels.
+testcontainers_config.ryuk_disabled = True
 
 log = structlog.get_logger("chaos.cluster")
 
@@ -28,6 +49,8 @@ LABEL = "swarm-lab"
 IMAGE = "swarm-plan:0.1.0"
 PORT = 4001
 PAGE_PORT = 8080  # an observer's live page (swarm observe --web)
+MODEL_PORT = 8090  # the run's one batched model (swarm model-service), alias "model" on the network
+MODEL_READY_S = 300  # loading the model on a busy 2-core machine
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 TOXIPROXY_IN_CONTAINER = "/opt/toxiproxy/toxiproxy-server"
 
@@ -49,13 +72,75 @@ class LabMember:
     spec: MemberSpec
     data_dir: Path
     peer_id: str
-    container: object | None = None
+    container: DockerContainer
     state: str = "created"  # created, running, paused, killed, stopped
     started_at: float | None = None
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def docker(self) -> Container:
+        """The Docker SDK's handle on the member's container, for what testcontainers lacks."""
+        return self.container.get_wrapped_container()
+
+
+class Listening(WaitStrategy):
+    """A member is up once it has written its listen addresses into its data directory.
+
+    The file is on the host (the data directory is mounted), so no exec or port
+    mapping is needed; a container that exits first fails at once with its log.
+    """
+
+    def __init__(self, addrs_file: Path, name: str) -> None:
+        super().__init__()
+        self.addrs_file = addrs_file
+        self.name = name
+
+    def wait_until_ready(self, container: DockerContainer) -> None:  # type: ignore[override]
+        deadline = time.monotonic() + self._startup_timeout
+        while not self.addrs_file.exists():
+            container.reload()
+            if container.status == "exited":
+                raise LabError(f"{self.name} exited at start; its log:\n" + _log_of(container)[-3000:])
+            if time.monotonic() > deadline:
+                raise LabError(f"{self.name} did not start listening within {self._startup_timeout:.0f}s; "
+                               "its log:\n" + _log_of(container)[-3000:])
+            time.sleep(self._poll_interval)
+
+
+class Answers(WaitStrategy):
+    """A service is up once ``GET http://ADDRESS:PORT/PATH`` answers 200, ADDRESS being its
+    address on the lab network: the host reaches it there, so nothing is published on the
+    host's interfaces (testcontainers' own HTTP wait goes through a published port)."""
+
+    def __init__(self, network: str, port: int, path: str, what: str) -> None:
+        super().__init__()
+        self.network, self.port, self.path, self.what = network, port, path, what
+
+    def wait_until_ready(self, container: DockerContainer) -> None:  # type: ignore[override]
+        deadline = time.monotonic() + self._startup_timeout
+        last = "no answer yet"
+        while True:
+            container.reload()
+            if container.status == "exited":
+                raise LabError(f"{self.what} exited at start; its log:\n" + _log_of(container)[-3000:])
+            address = container.get_wrapped_container().attrs["NetworkSettings"]["Networks"][self.network]["IPAddress"]
+            try:
+                with urllib.request.urlopen(f"http://{address}:{self.port}{self.path}", timeout=2) as answer:
+                    if answer.status == 200:
+                        return
+            except (OSError, ValueError) as exc:
+                last = str(exc)[:200]
+            if time.monotonic() > deadline:
+                raise LabError(f"{self.what} did not answer {self.path} within {self._startup_timeout:.0f}s "
+                               f"({last}); its log:\n" + _log_of(container)[-3000:])
+            time.sleep(self._poll_interval)
+
+
+def _log_of(container: DockerContainer) -> str:
+    return container.get_wrapped_container().logs().decode(errors="replace")
 
 
 @dataclass
@@ -81,14 +166,19 @@ class LabCluster:
         try:
             self.docker.images.get(self.image)
         except docker.errors.ImageNotFound:
+            # testcontainers would try to pull it, from a registry this machine cannot reach
             raise LabError(f"image {self.image} is not built; run 'make image' first") from None
         self._remove_leftovers()
+        self._spares: list[DockerContainer] = []  # model service, client, hostile peer: removed at close
+        self.model_service: DockerContainer | None = None
         # the operator's side of admission: every member of the run gets a ticket from it
         self.admin = ClusterDir.init(self.root / "admin", self.cluster)
-        self.network = self.docker.networks.create(
-            f"swarm-lab-{self.run_id}", driver="bridge", labels={LABEL: self.run_id},
-            options={"com.docker.network.bridge.enable_ip_masquerade": "false"},
-        )
+        self.network = Network(docker_network_kw={
+            "driver": "bridge", "labels": {LABEL: self.run_id},
+            "options": {"com.docker.network.bridge.enable_ip_masquerade": "false"},
+        })
+        self.network.name = f"swarm-lab-{self.run_id}"
+        self.network.create()
 
     def _remove_leftovers(self) -> None:
         """An interrupted run with the same id leaves containers and a network behind."""
@@ -98,94 +188,114 @@ class LabCluster:
         for network in self.docker.networks.list(filters=selector):
             network.remove()
 
+    def _container(self, command: list[str], name: str, **docker_kwargs: object) -> DockerContainer:
+        """A container of this run's image on its network, labelled for ``close`` and ``sweep``."""
+        labels = {LABEL: self.run_id, **docker_kwargs.pop("labels", {})}  # type: ignore[dict-item]
+        return (DockerContainer(self.image, docker_client_kw={"timeout": 60}, command=command)
+                .with_name(f"swarm-lab-{self.run_id}-{name}").with_network(self.network)
+                .with_kwargs(labels=labels, **docker_kwargs))
+
     # --- members --------------------------------------------------------------
 
     def add(self, spec: MemberSpec) -> LabMember:
-        """Create the member's container (not started) and its identity, so its peer id is known."""
+        """Describe the member's container (started by ``start``) and make its identity, so its
+        peer id is known before it runs."""
         data_dir = self.root / "members" / spec.name
         peer_id = self.admin.admit_dir(data_dir, spec.role, spec.name).peer
+        # with the real model, members think through the run's one model service, as `make swarm`'s do
+        llm = (["--llm", "openai", "--llm-url", f"http://model:{MODEL_PORT}/v1"] if self.llm == "llama"
+               else ["--llm", self.llm, "--llm-latency", str(self.llm_latency)])
         command = ["agent", "--role", spec.role, "--data-dir", "/data", "--cluster", self.cluster,
-                   "--listen", f"/ip4/0.0.0.0/tcp/{PORT}", "--llm", self.llm,
-                   "--llm-threads", "1", "--llm-latency", str(self.llm_latency)]
+                   "--listen", f"/ip4/0.0.0.0/tcp/{PORT}", *llm]
         if spec.role == "decomposer":
             command += ["--strategy", spec.strategy]
         if spec.role == "observer":  # the silent observer serves the live page (PAGE_PORT)
             command = ["observe", "--web", f"0.0.0.0:{PAGE_PORT}", "--data-dir", "/data", "--cluster", self.cluster,
                        "--listen", f"/ip4/0.0.0.0/tcp/{PORT}"]
-        environment = {"SWARM_MODEL": "/models/model.gguf"}
+        container = self._container(["--log-level", self.log_level, *command], spec.name, hostname=spec.name,
+                                    labels={"swarm-lab.member": spec.name})
         if spec.skew_ms:
-            environment.update(LD_PRELOAD=FAKETIME_LIB, FAKETIME=f"{spec.skew_ms / 1000:+.3f}",
-                               FAKETIME_DONT_FAKE_MONOTONIC="1")
-        volumes = {str(data_dir.resolve()): {"bind": "/data", "mode": "rw"}}
-        if self.model_file is not None:
-            volumes[str(self.model_file)] = {"bind": "/models/model.gguf", "mode": "ro"}
+            container.with_envs(LD_PRELOAD=FAKETIME_LIB, FAKETIME=f"{spec.skew_ms / 1000:+.3f}",
+                                FAKETIME_DONT_FAKE_MONOTONIC="1")
+        container.with_volume_mapping(data_dir.resolve(), "/data", "rw")
         if self.toxiproxy_binary is not None:
-            volumes[str(self.toxiproxy_binary)] = {"bind": TOXIPROXY_IN_CONTAINER, "mode": "ro"}
-        container = self.docker.containers.create(
-            self.image, command=["--log-level", self.log_level, *command],
-            name=f"swarm-lab-{self.run_id}-{spec.name}", hostname=spec.name,
-            labels={LABEL: self.run_id, "swarm-lab.member": spec.name}, environment=environment,
-            volumes=volumes, network=self.network.name, detach=True,
-        )
+            container.with_volume_mapping(self.toxiproxy_binary, TOXIPROXY_IN_CONTAINER, "ro")
         member = LabMember(spec, data_dir, peer_id, container)
         self.members[spec.name] = member
         return member
 
     def start(self, name: str) -> None:
+        """Start the member: created and started by testcontainers the first time, the same
+        container started again after a kill or stop (same store, same name)."""
         member = self.members[name]
-        addrs = member.data_dir / "addrs"
-        addrs.unlink(missing_ok=True)
-        member.container.start()  # type: ignore[union-attr]
+        (member.data_dir / "addrs").unlink(missing_ok=True)
+        if self.llm == "llama" and self.model_service is None:
+            self._start_model_service()
+        if member.state == "created":
+            member.container.start()
+        else:
+            member.docker.start()
         member.state = "running"
         member.started_at = member.started_at or time.monotonic()
         log.debug("started", member=name)
 
+    def _start_model_service(self) -> None:
+        """Start the run's one batched model and wait until it answers ``/health``:
+        members started before it would fail their first calls."""
+        if self.model_file is None:
+            raise LabError("the llama backend needs a model file: run 'make install' (it fetches the default "
+                           "model) or set SWARM_MODEL to a GGUF file")
+        service = (self._container(["model-service", "--listen", f"0.0.0.0:{MODEL_PORT}", "--threads", "2",
+                                    "--slots", "8"], "model")
+                   .with_network_aliases("model").with_env("SWARM_MODEL", "/models/model.gguf")
+                   .with_volume_mapping(self.model_file, "/models/model.gguf", "ro")
+                   .waiting_for(Answers(self.network.name, MODEL_PORT, "/health", "the model service")
+                                .with_startup_timeout(MODEL_READY_S).with_poll_interval(0.5)))
+        self._spares.append(service)
+        service.start()
+        self.model_service = service
+        log.info("model service up", model=str(self.model_file))
+
     def wait_listening(self, names: list[str], timeout: float = 60.0) -> None:
+        """Wait until every one of ``names`` listens (started side by side, waited for in turn)."""
         deadline = time.monotonic() + timeout
         for name in names:
-            addrs = self.members[name].data_dir / "addrs"
-            while not addrs.exists():
-                if time.monotonic() > deadline:
-                    raise LabError(f"{name} did not start listening within {timeout:.0f}s; its log:\n"
-                                   + self.logs(name)[-3000:])
-                self._refresh(name)
-                if self.members[name].container.status == "exited":  # type: ignore[union-attr]
-                    raise LabError(f"{name} exited at start; its log:\n" + self.logs(name)[-3000:])
-                time.sleep(0.2)
+            member = self.members[name]
+            ready = Listening(member.data_dir / "addrs", name).with_poll_interval(0.2)
+            ready.with_startup_timeout(max(1, int(deadline - time.monotonic())))
+            ready.wait_until_ready(member.container)
 
     def kill(self, name: str) -> None:
-        self.members[name].container.kill(signal="SIGKILL")  # type: ignore[union-attr]
+        self.members[name].docker.kill(signal="SIGKILL")
         self.members[name].state = "killed"
 
     def stop(self, name: str) -> None:
-        self.members[name].container.stop(timeout=10)  # type: ignore[union-attr]
+        self.members[name].docker.stop(timeout=10)
         self.members[name].state = "stopped"
 
     def pause(self, name: str) -> None:
-        self.members[name].container.pause()  # type: ignore[union-attr]
+        self.members[name].docker.pause()
         self.members[name].state = "paused"
 
     def unpause(self, name: str) -> None:
-        self.members[name].container.unpause()  # type: ignore[union-attr]
+        self.members[name].docker.unpause()
         self.members[name].state = "running"
 
-    def _refresh(self, name: str) -> None:
-        self.members[name].container.reload()  # type: ignore[union-attr]
-
     def ip(self, name: str) -> str:
-        self._refresh(name)
-        networks = self.members[name].container.attrs["NetworkSettings"]["Networks"]  # type: ignore[union-attr]
-        return networks[self.network.name]["IPAddress"]
+        container = self.members[name].docker
+        container.reload()
+        return container.attrs["NetworkSettings"]["Networks"][self.network.name]["IPAddress"]
 
     def pid(self, name: str) -> int:
-        self._refresh(name)
-        pid = self.members[name].container.attrs["State"]["Pid"]  # type: ignore[union-attr]
+        container = self.members[name].docker
+        container.reload()
+        pid = container.attrs["State"]["Pid"]
         if not pid:
             raise LabError(f"{name} has no running process (state {self.members[name].state})")
         return int(pid)
 
     def logs(self, name: str) -> str:
-        return self.members[name].container.logs().decode(errors="replace")  # type: ignore[union-attr]
+        return _log_of(self.members[name].container)
 
     def memory_mb(self, name: str) -> float | None:
         """The member's container memory (cgroup usage less page cache), in MiB, if it runs."""
@@ -193,7 +303,7 @@ class LabCluster:
         if member.state != "running":
             return None
         try:
-            stats = member.container.stats(stream=False)  # type: ignore[union-attr]
+            stats = member.docker.stats(stream=False)
             memory = stats.get("memory_stats", {})
             cache = memory.get("stats", {}).get("cache", 0) or memory.get("stats", {}).get("inactive_file", 0)
             return round((memory.get("usage", 0) - cache) / 2**20, 1)
@@ -210,22 +320,20 @@ class LabCluster:
         is every admitted scorer); returns its output."""
         client_dir = self.root / "client"
         self.admin.admit_dir(client_dir, "client", "client")
-        container = self.docker.containers.run(
-            self.image, ["submit", goal, "--cluster", self.cluster, "--quorum", str(quorum),
-                         "--claim-lease", str(claim_lease_s), "--round", str(round_s), "--timeout", str(timeout),
-                         "--data-dir", "/data", "--roster", "/admin/members.json"],
-            name=f"swarm-lab-{self.run_id}-client", labels={LABEL: self.run_id},
-            network=self.network.name, detach=True,
-            volumes={str(client_dir.resolve()): {"bind": "/data", "mode": "rw"},
-                     str((self.root / "admin" / "members.json").resolve()): {"bind": "/admin/members.json",
-                                                                            "mode": "ro"}},
-        )
-        result = container.wait(timeout=timeout + 30)
-        output = container.logs(stdout=True, stderr=False).decode(errors="replace")
-        errors = container.logs(stdout=False, stderr=True).decode(errors="replace")
-        container.remove(force=True)
-        if result.get("StatusCode") != 0:
-            raise LabError(f"swarm submit failed (exit {result.get('StatusCode')}): {errors[-2000:]}")
+        client = (self._container(["submit", goal, "--cluster", self.cluster, "--quorum", str(quorum),
+                                   "--claim-lease", str(claim_lease_s), "--round", str(round_s),
+                                   "--timeout", str(timeout), "--data-dir", "/data",
+                                   "--roster", "/admin/members.json"], "client")
+                  .with_volume_mapping(client_dir.resolve(), "/data", "rw")
+                  .with_volume_mapping((self.root / "admin" / "members.json").resolve(), "/admin/members.json"))
+        try:
+            client.start()
+            status = client.get_wrapped_container().wait(timeout=timeout + 30).get("StatusCode")
+            output, errors = (stream.decode(errors="replace") for stream in client.get_logs())
+        finally:
+            client.stop()
+        if status != 0:
+            raise LabError(f"swarm submit failed (exit {status}): {errors[-2000:]}")
         return output.strip()
 
     def hostile(self, seconds: float) -> None:
@@ -236,20 +344,19 @@ class LabCluster:
             addrs = self.members[name].data_dir / "addrs"
             if addrs.exists():
                 bootstrap += ["--bootstrap", addrs.read_text().split()[0]]
-        self.hostile_container = self.docker.containers.run(
-            self.image, ["-m", "chaos.lab.hostile_peer", "--cluster", self.cluster, "--seconds", str(seconds),
-                         *bootstrap],
-            entrypoint=["/opt/swarm/bin/python"], name=f"swarm-lab-{self.run_id}-hostile",
-            labels={LABEL: self.run_id}, network=self.network.name, detach=True,
-        )
+        self.hostile_container = self._container(
+            ["-m", "chaos.lab.hostile_peer", "--cluster", self.cluster, "--seconds", str(seconds), *bootstrap],
+            "hostile", entrypoint=["/opt/swarm/bin/python"])
+        self._spares.append(self.hostile_container)
+        self.hostile_container.start()
 
     def hostile_report(self) -> str:
         container = getattr(self, "hostile_container", None)
         if container is None:
             return ""
         try:
-            container.wait(timeout=90)
-            lines = container.logs(stdout=True, stderr=False).decode(errors="replace").strip().splitlines()
+            container.get_wrapped_container().wait(timeout=90)
+            lines = container.get_logs()[0].decode(errors="replace").strip().splitlines()
             return lines[-1] if lines else ""
         except Exception as exc:
             return f"(no report: {exc})"
@@ -257,13 +364,12 @@ class LabCluster:
     # --- cleanup --------------------------------------------------------------
 
     def close(self) -> None:
-        hostile = getattr(self, "hostile_container", None)
-        if hostile is not None:
-            with contextlib.suppress(docker.errors.DockerException):
-                hostile.remove(force=True)
+        for container in self._spares:
+            with contextlib.suppress(Exception):
+                container.stop()
         for member in self.members.values():
             try:
-                member.container.remove(force=True)  # type: ignore[union-attr]
+                member.container.stop()  # a forced remove (none if it was never created)
             except docker.errors.DockerException as exc:
                 log.warning("could not remove container", member=member.name, error=str(exc)[:200])
         try:
@@ -273,7 +379,8 @@ class LabCluster:
 
 
 def sweep() -> int:
-    """Remove every container and network any lab run left behind. Returns how many."""
+    """Remove every container and network any lab run left behind (by label: see the module's
+    docstring for why not Ryuk). Returns how many."""
     client = docker.from_env()
     removed = 0
     for container in client.containers.list(all=True, filters={"label": LABEL}):

@@ -178,8 +178,9 @@ class Nemesis:
         self.proxied.add(name)
 
     def _start_proxy(self, name: str) -> None:
-        container = self.cluster.members[name].container
-        container.exec_run([TOXIPROXY_IN_CONTAINER, "-host", "0.0.0.0", "-port", str(API_PORT)], detach=True)  # type: ignore[union-attr]
+        # detached: testcontainers' exec waits for the command, the SDK's need not
+        self.cluster.members[name].docker.exec_run(
+            [TOXIPROXY_IN_CONTAINER, "-host", "0.0.0.0", "-port", str(API_PORT)], detach=True)
         ip = self.cluster.ip(name)
         api = self._api(name)
         deadline = time.monotonic() + 10

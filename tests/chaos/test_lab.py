@@ -12,9 +12,11 @@ import sys
 import uuid
 from pathlib import Path
 
+import docker
+import docker.errors
 import pytest
 
-from chaos.lab.cluster import LabCluster, LabError, MemberSpec
+from chaos.lab.cluster import LabCluster, LabError, MemberSpec, sweep
 from chaos.lab.nemesis import Nemesis
 from chaos.lab.scenario import ScenarioError, load
 
@@ -60,11 +62,87 @@ def test_no_docker_engine_is_a_clear_error(tmp_path, monkeypatch) -> None:
         LabCluster(run_id="t", root=tmp_path, cluster="t")
 
 
+@pytest.mark.slow
+def test_members_are_testcontainers_restarted_in_place_and_an_abandoned_run_is_swept(tmp_path) -> None:
+    run_id = f"t{uuid.uuid4().hex[:6]}"
+    cluster = LabCluster(run_id=run_id, root=tmp_path, cluster="lifecycle-test")
+    cluster.add(MemberSpec("scorer-1", "scorer"))
+    cluster.start("scorer-1")
+    cluster.wait_listening(["scorer-1"])
+    container = cluster.members["scorer-1"].docker
+    assert container.labels["org.testcontainers"] == "true", "testcontainers created it"
+    assert container.labels["swarm-lab"] == run_id, "and it carries the lab's label for the sweep"
+    first_address = (cluster.members["scorer-1"].data_dir / "addrs").read_text()
+
+    cluster.kill("scorer-1")
+    cluster.start("scorer-1")  # the same container again: same store, same identity
+    cluster.wait_listening(["scorer-1"])
+    assert cluster.members["scorer-1"].docker.id == container.id
+    assert (cluster.members["scorer-1"].data_dir / "addrs").read_text().split("/p2p/")[1] == \
+        first_address.split("/p2p/")[1]
+
+    # the run is abandoned without close (no Ryuk here): the sweep finds it by label
+    engine = docker.from_env()
+    selector = {"label": f"swarm-lab={run_id}"}
+    assert engine.containers.list(all=True, filters=selector) and engine.networks.list(filters=selector)
+    assert sweep() >= 2
+    assert not engine.containers.list(all=True, filters=selector)
+    assert not engine.networks.list(filters=selector)
+
+
+@pytest.mark.slow
+def test_a_member_that_exits_at_start_is_a_lab_error_with_its_log(tmp_path) -> None:
+    cluster = LabCluster(run_id=f"t{uuid.uuid4().hex[:6]}", root=tmp_path, cluster="exit-test",
+                         llm="no-such-backend")
+    try:
+        cluster.add(MemberSpec("scorer-1", "scorer"))
+        cluster.start("scorer-1")
+        with pytest.raises(LabError, match=r"(?s)scorer-1 exited at start; its log:.*no-such-backend"):
+            cluster.wait_listening(["scorer-1"], timeout=60)
+    finally:
+        cluster.close()
+
+
+_ASK_THE_MODEL = (
+    "import json, urllib.request\n"
+    "body = json.dumps({'messages': [{'role': 'user', 'content': 'Name one city in Japan.'}], 'max_tokens': 8})\n"
+    "request = urllib.request.Request('http://model:8090/v1/chat/completions', data=body.encode(),\n"
+    "                                 headers={'Content-Type': 'application/json'})\n"
+    "print(json.load(urllib.request.urlopen(request, timeout=120))['choices'][0]['message']['content'])\n")
+
+
+@pytest.mark.slow
+@pytest.mark.llm
+def test_with_the_real_model_the_run_has_one_model_service_that_members_reach_by_name(tmp_path) -> None:
+    from agents.llm.model_files import resolve
+
+    cluster = LabCluster(run_id=f"t{uuid.uuid4().hex[:6]}", root=tmp_path, cluster="model-test", llm="llama",
+                         model_file=resolve(None).path)
+    try:
+        for name in ("scorer-1", "executor-1"):
+            cluster.add(MemberSpec(name, name.split("-")[0]))
+            cluster.start(name)  # the first start brings the service up and waits for its /health
+        cluster.wait_listening(["scorer-1", "executor-1"])
+        assert cluster.model_service is not None
+        member = cluster.members["executor-1"].docker
+        command = member.attrs["Config"]["Cmd"]
+        assert command[command.index("--llm") + 1] == "openai" and "http://model:8090/v1" in command
+        assert all(mount["Destination"] != "/models/model.gguf" for mount in member.attrs["Mounts"]), \
+            "members do not load the model themselves"
+        answer = cluster.members["executor-1"].container.exec(["python3", "-c", _ASK_THE_MODEL])
+        assert answer.exit_code == 0 and answer.output.decode().strip(), answer.output.decode()[-2000:]
+        service = cluster.model_service.get_wrapped_container()
+    finally:
+        cluster.close()
+    with pytest.raises(docker.errors.NotFound):
+        service.reload()  # close removed the service with the members
+
+
 def _reaches(cluster: LabCluster, source: str, target: str) -> bool:
     """Can ``source`` open a TCP connection to ``target``'s libp2p port?"""
     probe = (f"import socket; socket.create_connection(('{cluster.ip(target)}', 4001), timeout=1.5); "
              "print('open')")
-    result = cluster.members[source].container.exec_run(["python3", "-c", probe])
+    result = cluster.members[source].container.exec(["python3", "-c", probe])
     return result.exit_code == 0
 
 
