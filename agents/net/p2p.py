@@ -9,7 +9,7 @@ py-libp2p's defaults break a swarm (see ENVIRONMENT.md); this adapter fixes each
   re-publications dedupe by content (the member dedupes by event id too);
 * the subscription (32-message queue) is drained at once into our own channel;
 * nothing reconnects by itself: we dial bootstrap and mDNS-discovered peers, and
-  peers learned from peers (``peer_exchange.py``, ``peer_book.py``: a bounded active
+  peers learned from peers (``peer_exchange.py``, ``exchanging.py``, ``peer_book.py``: a bounded active
   view past ``ACTIVE_PEERS``, so one bootstrap address is enough), redial lost ones (after ``unblock_peer``, to skip the 60 s negative cache),
   and check every connected peer's liveness (``liveness.py``: pings of our own,
   a blackholed link is disconnected);
@@ -51,6 +51,7 @@ from agents.core.identity import Identity
 from agents.logs import adopt_libp2p
 from agents.net import peer_exchange, peer_records
 from agents.net.base import StreamClosed, StreamHandler
+from agents.net.exchanging import EXCHANGE_INTERVAL, PeerExchanges
 from agents.net.liveness import Liveness
 from agents.net.peer_book import PeerBook, listed_addresses, resolved
 from agents.net.streams import CLOSE_TIMEOUT, Libp2pStream, Opening, reset, sever
@@ -60,12 +61,16 @@ log = structlog.get_logger("swarm.net")
 adopt_libp2p()  # importing libp2p detached its logger from ours
 peer_records.install()  # each peer's signed record checked once, not per gossip RPC
 
-GOSSIP_PROTOCOLS = [TProtocol("/meshsub/1.2.0"), TProtocol("/meshsub/1.1.0"), TProtocol("/meshsub/1.0.0")]
+# Not /meshsub/1.2.0: py-libp2p 0.8.1's IDONTWANT sends a control RPC to every mesh peer
+# before it forwards each message, into the same 32-RPC outbound queue per peer that
+# drops whatever does not fit (rpc_queue.py). On a busy machine the queues fill and
+# messages are lost to gossip (sync repairs them seconds later). Measured with
+# bench.swarm.propagation on this 2-core machine: 16 members, 39 of 40 probes never
+# reached every member in the window with 1.2.0 offered, 2-6 without; 8 members, p50
+# 21 ms (was 28-34) and nothing left to sync.
+GOSSIP_PROTOCOLS = [TProtocol("/meshsub/1.1.0"), TProtocol("/meshsub/1.0.0")]
 SYNC_PROTOCOL = TProtocol(SYNC_PROTOCOL_ID)
 PEERS_PROTOCOL = TProtocol(peer_exchange.PROTOCOL)
-EXCHANGE_INTERVAL = 30.0  # a connected peer is asked whom it knows on connecting, then this often
-EXCHANGE_TIMEOUT = 10.0
-ASKS_APART = 10.0  # a peer's asks are answered at most this often; one sooner is closed unanswered
 DIAL_INTERVAL = 2.0
 DIAL_TIMEOUT = 5.0
 SEEN_TTL_S = 120  # gossip message ids remembered, and validation verdicts cached, this long
@@ -97,12 +102,10 @@ class Libp2pNetwork:
         self.peers = PeerBook(self.peer_id)
         for address in bootstrap:
             self.peers.configure(info_from_p2p_addr(multiaddr.Multiaddr(address)))
-        self._credentials = credentials  # with them, peers are exchanged (admitted peers only)
-        self._asked_at: dict[str, float] = {}
-        self._admitted: set[str] = set()  # peers whose ticket a peer exchange checked
-        self._strangers: set[str] = set()  # peers whose ticket a peer exchange refused
-        self._answered_at: dict[str, float] = {}  # peers answered in the last ASKS_APART seconds
-        self.exchange = {"answered": 0, "learned": 0, "refused": 0, "too_soon": 0}
+        # with credentials, peers are exchanged (admitted peers only)
+        self.exchanges = None if credentials is None else PeerExchanges(
+            credentials, self.peers, lambda peer: self._open(peer, PEERS_PROTOCOL), self.connected_peers,
+            self._known_addresses)
         self._mdns = mdns
         self.validator = validator  # set by the member: its intake screens gossip (counted refusals)
         self.status_validator = None  # set by a status board: a bad status is neither kept nor forwarded
@@ -165,6 +168,12 @@ class Libp2pNetwork:
         return {"own_stalls": self.liveness.stalls.stalls, "liveness_kept": self.liveness.kept,
                 "peers_learned": self.exchange["learned"], "peers_refused": self.exchange["refused"],
                 "peers_forgotten": self.peers.forgotten, "peer_asks_too_soon": self.exchange["too_soon"]}
+
+    @property
+    def exchange(self) -> dict[str, int]:
+        """Peer-exchange counts: answered, learned, refused, too_soon (all 0 without credentials)."""
+        return self.exchanges.counts if self.exchanges else {"answered": 0, "learned": 0, "refused": 0,
+                                                             "too_soon": 0}
 
     def stalled_since(self, start: float) -> bool:
         return self.liveness.stalls.stalled_since(start)
@@ -327,8 +336,8 @@ class Libp2pNetwork:
             self._pubsub.set_topic_validator(self.status_topic, self._validate_status, False)
             statuses = await self._pubsub.subscribe(self.status_topic)
             self.host.set_stream_handler(SYNC_PROTOCOL, self._on_stream)
-            if self._credentials is not None:
-                self.host.set_stream_handler(PEERS_PROTOCOL, self._answer_peers)
+            if self.exchanges is not None:
+                self.host.set_stream_handler(PEERS_PROTOCOL, self.exchanges.answer)
             nursery.start_soon(self._drain, subscription, self._gossip_send)
             nursery.start_soon(self._drain, statuses, self._status_send)
             nursery.start_soon(self._dial_loop)
@@ -368,7 +377,7 @@ class Libp2pNetwork:
     def _counted(self, connected: set[str]) -> set[str]:
         """The connections the bound counts: not those whose ticket a peer exchange refused
         (a stranger's connections must not stop a member from dialling its cluster)."""
-        return connected - self._strangers
+        return connected - self.exchanges.strangers if self.exchanges else connected
 
     async def _dial_loop(self) -> None:
         last_probe = trio.current_time()
@@ -378,12 +387,9 @@ class Libp2pNetwork:
                 self._conn_send.send_nowait(peer)
                 self._ask_soon(peer)
             self._known_connected = connected
-            self._asked_at = {p: t for p, t in self._asked_at.items() if p in connected}
-            self._admitted &= connected  # both bounded by the connections; a peer back is asked again
-            self._strangers &= connected
             now = trio.current_time()
-            # kept across reconnections (a reconnecting peer must not reset its window), bounded by time
-            self._answered_at = {p: t for p, t in self._answered_at.items() if now - t < ASKS_APART}
+            if self.exchanges is not None:
+                self.exchanges.keep_to(connected, now)
             wanted = self.peers.to_dial(self._counted(connected), now)
             if not wanted and now - last_probe > EXCHANGE_INTERVAL:
                 last_probe = now
@@ -392,11 +398,11 @@ class Libp2pNetwork:
             async with trio.open_nursery() as dials:  # side by side: a dead peer costs one timeout, not a turn each
                 for info in wanted:
                     dials.start_soon(self._dial, info)
-            if connected and self._credentials is not None:
+            if self.exchanges is not None:
                 # now and then ask a connected peer again (the oldest asked): peers come and go
-                oldest = min(sorted(connected), key=lambda p: self._asked_at.get(p, 0.0))
-                if trio.current_time() - self._asked_at.get(oldest, 0.0) > EXCHANGE_INTERVAL:
-                    self._ask_soon(oldest)
+                again = self.exchanges.due(connected, trio.current_time())
+                if again is not None:
+                    self._ask_soon(again)
             await trio.sleep(DIAL_INTERVAL)
 
     async def _dial(self, info: PeerInfo) -> None:
@@ -419,35 +425,8 @@ class Libp2pNetwork:
     # --- peer exchange (peer_exchange.py) ------------------------------------
 
     def _ask_soon(self, peer: str) -> None:
-        if self._credentials is None or self._nursery is None:
-            return
-        self._asked_at[peer] = trio.current_time()
-        self._nursery.start_soon(self._ask_peers, peer)
-
-    async def _ask_peers(self, peer: str) -> None:
-        assert self._credentials is not None
-        try:
-            with trio.move_on_after(EXCHANGE_TIMEOUT):
-                stream = Libp2pStream(await self._open(peer, PEERS_PROTOCOL), peer)
-                try:
-                    listing = await peer_exchange.ask(stream, self._credentials)
-                finally:
-                    await stream.aclose()
-                self._admitted.add(peer)
-                new = self.peers.learn(listing)
-                self.exchange["learned"] += new
-                if new:
-                    log.info("peers learned", peer=peer, new=new, listed=len(listing))
-        except StreamClosed as exc:
-            log.debug("peer exchange failed", peer=peer, error=str(exc)[:120])
-        except Exception as exc:  # SyncProtocolError, or anything else a hostile answer provokes
-            self._refused_by(peer, exc)
-
-    def _refused_by(self, peer: str, exc: Exception) -> None:
-        self.exchange["refused"] += 1
-        self._strangers.add(peer)  # not admitted, another cluster's, or breaking the protocol
-        self._admitted.discard(peer)
-        log.warning("peer exchange refused", peer=peer, reason=str(exc)[:200])
+        if self.exchanges is not None and self._nursery is not None:
+            self.exchanges.ask_soon(self._nursery, peer)
 
     def _known_addresses(self, peer: str) -> list[str]:
         """Where ``peer`` listens, as far as we know (nothing before its signed record came)."""
@@ -458,30 +437,3 @@ class Libp2pNetwork:
         except PeerStoreError:
             return []
         return listed_addresses(declared, observed)
-
-    async def _answer_peers(self, stream) -> None:
-        assert self._credentials is not None
-        peer = str(stream.muxed_conn.peer_id)
-        wrapped = Libp2pStream(stream, peer)
-        now = trio.current_time()
-        if now - self._answered_at.get(peer, -ASKS_APART) < ASKS_APART:
-            # an honest member asks on connecting and then every EXCHANGE_INTERVAL: this is a
-            # flood (or a quick reconnection); closed before reading, counted, logged quietly
-            self.exchange["too_soon"] += 1
-            log.debug("peer exchange asked too soon", peer=peer)
-            await wrapped.aclose()
-            return
-        self._answered_at[peer] = now
-        try:
-            with trio.move_on_after(EXCHANGE_TIMEOUT):
-                # only peers whose tickets we checked
-                known = [(p, self._known_addresses(p)) for p in self.connected_peers() if p in self._admitted]
-                await peer_exchange.answer(wrapped, self._credentials, known)
-                self._admitted.add(peer)
-                self.exchange["answered"] += 1
-        except StreamClosed as exc:
-            log.debug("peer exchange failed", peer=peer, error=str(exc)[:120])
-        except Exception as exc:  # never into py-libp2p: it would end the connection, or the host
-            self._refused_by(peer, exc)
-        finally:
-            await wrapped.aclose()

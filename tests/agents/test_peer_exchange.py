@@ -68,9 +68,9 @@ async def test_a_peer_without_a_ticket_of_the_cluster_learns_nothing_and_is_coun
 
 
 async def test_asks_sooner_than_the_window_are_closed_unanswered_counted_and_no_refusal(monkeypatch) -> None:
-    from agents.net import p2p
+    from agents.net import exchanging
 
-    monkeypatch.setattr(p2p, "ASKS_APART", 2.0)  # the window, short enough to see it end
+    monkeypatch.setattr(exchanging, "ASKS_APART", 2.0)  # the window, short enough to see it end
     hub = _network(credentials("hub", "observer"))
     async with trio.open_nursery() as nursery:
         await nursery.start(hub.run)
@@ -80,13 +80,13 @@ async def test_asks_sooner_than_the_window_are_closed_unanswered_counted_and_no_
             while hub.exchange["answered"] < 1:
                 await trio.sleep(0.05)
         for _ in range(5):  # a flood: the same peer again at once
-            await member._ask_peers(hub.peer_id)
+            await member.exchanges.ask(hub.peer_id)
         assert hub.exchange["too_soon"] == 5 and hub.exchange["answered"] == 1
         assert hub.counters()["peer_asks_too_soon"] == 5
         # the asker sees a closed conversation, not a refusal: the hub stays a cluster peer
-        assert member.counters()["peers_refused"] == 0 and hub.peer_id not in member._strangers
+        assert member.counters()["peers_refused"] == 0 and hub.peer_id not in member.exchanges.strangers
         await trio.sleep(2.1)
-        await member._ask_peers(hub.peer_id)
+        await member.exchanges.ask(hub.peer_id)
         assert hub.exchange["answered"] == 2, "after the window an ask is answered again"
         nursery.cancel_scope.cancel()
 

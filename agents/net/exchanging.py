@@ -1,0 +1,124 @@
+"""Both sides of peer exchange for one host: whom to ask and when, how to answer, whom to trust.
+
+``peer_exchange.py`` is the conversation itself (frames, tickets, the rules of a
+listing); this is its use by a running host (``p2p.Libp2pNetwork``): it asks a
+peer on connecting and then the connected peer asked longest ago, at most every
+``EXCHANGE_INTERVAL``; it answers a peer at most once in ``ASKS_APART`` (a
+sooner ask is closed unread and counted, not treated as a refusal); and it
+remembers which connected peers showed a ticket of the cluster (*admitted*: the
+only ones it lists) and which broke the protocol or had none (*strangers*: they
+learn nothing, and their connections do not count toward the dial bound).
+No exception from a conversation reaches py-libp2p: a handler that raised would
+end the connection, or the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import structlog
+import trio
+
+from agents.core.admission import Credentials
+from agents.net import peer_exchange
+from agents.net.base import StreamClosed
+from agents.net.peer_book import PeerBook
+from agents.net.streams import Libp2pStream
+
+log = structlog.get_logger("swarm.net")
+
+EXCHANGE_INTERVAL = 30.0  # a connected peer is asked whom it knows on connecting, then this often
+EXCHANGE_TIMEOUT = 10.0
+ASKS_APART = 10.0  # a peer's asks are answered at most this often; one sooner is closed unanswered
+
+
+class PeerExchanges:
+    """One host's peer exchanges. ``open_stream(peer)`` opens a peer-exchange stream,
+    ``connected()`` lists connected peers, ``addresses_of(peer)`` says where one listens."""
+
+    def __init__(self, credentials: Credentials, book: PeerBook,
+                 open_stream: Callable[[str], Awaitable[object]],
+                 connected: Callable[[], list[str]],
+                 addresses_of: Callable[[str], list[str]]) -> None:
+        self._credentials = credentials
+        self._book = book
+        self._open = open_stream
+        self._connected = connected
+        self._addresses_of = addresses_of
+        self.asked_at: dict[str, float] = {}
+        self.admitted: set[str] = set()  # peers whose ticket a peer exchange checked
+        self.strangers: set[str] = set()  # peers whose ticket a peer exchange refused
+        self.answered_at: dict[str, float] = {}  # peers answered in the last ASKS_APART seconds
+        self.counts = {"answered": 0, "learned": 0, "refused": 0, "too_soon": 0}
+
+    def keep_to(self, connected: set[str], now: float) -> None:
+        """Forget what only mattered while a peer was connected (a peer back is asked again);
+        answer times are kept across reconnections (a reconnecting peer must not reset its
+        window) and bounded by age instead."""
+        self.asked_at = {p: t for p, t in self.asked_at.items() if p in connected}
+        self.admitted &= connected
+        self.strangers &= connected
+        self.answered_at = {p: t for p, t in self.answered_at.items() if now - t < ASKS_APART}
+
+    def due(self, connected: set[str], now: float) -> str | None:
+        """The connected peer to ask again now (the one asked longest ago), if any is due."""
+        if not connected:
+            return None
+        oldest = min(sorted(connected), key=lambda p: self.asked_at.get(p, 0.0))
+        return oldest if now - self.asked_at.get(oldest, 0.0) > EXCHANGE_INTERVAL else None
+
+    def ask_soon(self, nursery: trio.Nursery, peer: str) -> None:
+        self.asked_at[peer] = trio.current_time()
+        nursery.start_soon(self.ask, peer)
+
+    async def ask(self, peer: str) -> None:
+        """Ask ``peer`` whom it knows, and put what it lists in the book."""
+        try:
+            with trio.move_on_after(EXCHANGE_TIMEOUT):
+                stream = Libp2pStream(await self._open(peer), peer)
+                try:
+                    listing = await peer_exchange.ask(stream, self._credentials)
+                finally:
+                    await stream.aclose()
+                self.admitted.add(peer)
+                new = self._book.learn(listing)
+                self.counts["learned"] += new
+                if new:
+                    log.info("peers learned", peer=peer, new=new, listed=len(listing))
+        except StreamClosed as exc:
+            log.debug("peer exchange failed", peer=peer, error=str(exc)[:120])
+        except Exception as exc:  # SyncProtocolError, or anything else a hostile answer provokes
+            self._refused_by(peer, exc)
+
+    async def answer(self, stream) -> None:
+        """The stream handler: answer one ask on a py-libp2p stream."""
+        peer = str(stream.muxed_conn.peer_id)
+        wrapped = Libp2pStream(stream, peer)
+        now = trio.current_time()
+        if now - self.answered_at.get(peer, -ASKS_APART) < ASKS_APART:
+            # an honest member asks on connecting and then every EXCHANGE_INTERVAL: this is a
+            # flood (or a quick reconnection); closed before reading, counted, logged quietly
+            self.counts["too_soon"] += 1
+            log.debug("peer exchange asked too soon", peer=peer)
+            await wrapped.aclose()
+            return
+        self.answered_at[peer] = now
+        try:
+            with trio.move_on_after(EXCHANGE_TIMEOUT):
+                # only peers whose tickets we checked
+                known = [(p, self._addresses_of(p)) for p in self._connected() if p in self.admitted]
+                await peer_exchange.answer(wrapped, self._credentials, known)
+                self.admitted.add(peer)
+                self.counts["answered"] += 1
+        except StreamClosed as exc:
+            log.debug("peer exchange failed", peer=peer, error=str(exc)[:120])
+        except Exception as exc:  # never into py-libp2p: it would end the connection, or the host
+            self._refused_by(peer, exc)
+        finally:
+            await wrapped.aclose()
+
+    def _refused_by(self, peer: str, exc: Exception) -> None:
+        self.counts["refused"] += 1
+        self.strangers.add(peer)  # not admitted, another cluster's, or breaking the protocol
+        self.admitted.discard(peer)
+        log.warning("peer exchange refused", peer=peer, reason=str(exc)[:200])
