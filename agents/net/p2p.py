@@ -3,7 +3,9 @@
 py-libp2p's defaults break a swarm (see ENVIRONMENT.md); this adapter fixes each:
 
 * gossipsub: ``heartbeat_interval=1``, explicit degrees, ``adaptive_gossip_enabled=False``
-  and ``spam_protection_enabled=False`` (both silently stop a busy mesh);
+  and ``spam_protection_enabled=False`` (both silently stop a busy mesh), no
+  opportunistic grafting (it churns the mesh into prune backoffs), not meshsub 1.2.0
+  (its IDONTWANT fills the per-peer queues that drop messages);
 * security: noise only (no plaintext or secio offered);
 * message ids: sha256 of the payload, so the replayed message cache and
   re-publications dedupe by content (the member dedupes by event id too);
@@ -130,6 +132,11 @@ class Libp2pNetwork:
             gossip_window=3, gossip_history=5,
             adaptive_gossip_enabled=False, spam_protection_enabled=False,
         )
+        # py-libp2p grafts "opportunistically" at every heartbeat (go-libp2p: once a minute,
+        # when the mesh's median score is poor): with no scores it grows each mesh past its
+        # high degree every few seconds, prunes, and both sides back off for a minute, until
+        # meshes of 2 can graft nobody (tests/agents/test_gossip_mesh.py). Never, here.
+        self._router._perform_opportunistic_grafting = lambda topic, peers_to_graft: 0
         # py-libp2p caches a validation verdict by message id for its validation TTL; the id
         # must name the topic too, or the bytes of an honest status replayed on the events
         # topic (refused there) would make every receiver drop the real status as "known bad".
@@ -437,3 +444,4 @@ class Libp2pNetwork:
         except PeerStoreError:
             return []
         return listed_addresses(declared, observed)
+
