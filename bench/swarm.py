@@ -76,7 +76,15 @@ def start_agent_debug(proc: Proc, peers: list[Proc], cluster: str) -> None:
     proc.process = subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
 
 
-async def _publish(procs: list[Proc], cluster: str, count: int, rate: float, root: Path) -> dict[str, float]:
+def _members_cpu(procs: list[Proc]) -> float:
+    return sum(_cpu_seconds(p.process.pid) for p in procs)
+
+
+async def _publish(procs: list[Proc], cluster: str, count: int, rate: float,
+                   root: Path) -> tuple[dict[str, float], float]:
+    """Publish ``count`` probes at ``rate``; returns when each was sent and the CPU seconds the
+    members spent on them: their CPU over the publishing window less their CPU over an idle
+    window as long just before it."""
     creds = credentials(root / "publisher", load_or_create(root / "publisher"), "client")
     network = Libp2pNetwork(creds.identity, cluster, ["/ip4/127.0.0.1/tcp/0"], [p.address for p in procs], mdns=False,
                             credentials=creds)
@@ -90,23 +98,31 @@ async def _publish(procs: list[Proc], cluster: str, count: int, rate: float, roo
             while len(network.connected_peers()) < min(len(procs), ACTIVE_PEERS):  # the bound (peer_book.py)
                 await trio.sleep(0.1)
             await trio.sleep(3 + len(procs) / 10)  # let the gossip mesh form (heartbeat 1 s) before measuring
+            window = count / rate + 5
+            start = _members_cpu(procs)
+            await trio.sleep(window)
+            idle = _members_cpu(procs) - start
+            start = _members_cpu(procs)
             for i in range(count):
                 event = await member.publish(GoalBody(text=f"probe {i}", scorers=roster, quorum=1, max_depth=1,
                                                       claim_lease_ms=1000, hold_limit_ms=1000, round_ms=1000))
                 sent[event.id] = time.time()
                 await trio.sleep(1 / rate)
             await trio.sleep(5)
+            busy = _members_cpu(procs) - start
             nursery.cancel_scope.cancel()
-    return sent
+    return sent, busy - idle
 
 
-def propagation(members: int, count: int = 40, rate: float = 5.0) -> tuple[float, float, int, int]:
+def propagation(members: int, count: int = 40, rate: float = 5.0) -> tuple[float, float, int, int, float]:
+    """p50 and p99 (ms) of the time for a probe to reach every member, probes that never did,
+    deliveries sync made (gossip lost them), and members' CPU per delivery (ms)."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         cluster = f"bench-prop-{members}"
         procs = _observers(root, members, cluster)
         try:
-            sent = trio.run(_publish, procs, cluster, count, rate, root)
+            sent, cpu = trio.run(_publish, procs, cluster, count, rate, root)
         finally:
             stop(procs)
         arrival: dict[str, list[float]] = {e: [] for e in sent}
@@ -122,11 +138,13 @@ def propagation(members: int, count: int = 40, rate: float = 5.0) -> tuple[float
                         by_sync.add((proc.name, record["event_id"]))
         complete = sorted(max(times) - sent[e] for e, times in arrival.items() if len(times) == members)
         missing = len(sent) - len(complete)
+        deliveries = sum(len(times) for times in arrival.values())
+        cpu_ms = cpu * 1000 / deliveries if deliveries else float("nan")
         if not complete:  # no event reached every member within the window
-            return float("nan"), float("nan"), missing, len(by_sync)
+            return float("nan"), float("nan"), missing, len(by_sync), cpu_ms
         p50 = statistics.median(complete) * 1000
         p99 = complete[min(len(complete) - 1, int(len(complete) * 0.99))] * 1000
-        return p50, p99, missing, len(by_sync)
+        return p50, p99, missing, len(by_sync), cpu_ms
 
 
 @dataclass(frozen=True)
@@ -287,11 +305,15 @@ def main() -> None:
     print("### gossip propagation to every member (40 events at 5/s, observers only)")
     print("Every member is given every other's address and dials while it has fewer than "
           f"{ACTIVE_PEERS} connections (agents/net/peer_book.py).")
-    print("| members | p50 to all (ms) | p99 to all (ms) | deliveries by sync (gossip lost) | never seen by all |")
-    print("|---:|---:|---:|---:|---:|")
+    print("CPU per delivery: the members' CPU while the probes ran, less their CPU over an idle window as "
+          "long just before, divided by the (member, probe) deliveries.")
+    print("| members | p50 to all (ms) | p99 to all (ms) | deliveries by sync (gossip lost) | never seen by all "
+          "| CPU per delivery (ms) |")
+    print("|---:|---:|---:|---:|---:|---:|")
     for members in PROPAGATION_SIZES:
-        p50, p99, missing, synced = propagation(members)
-        print(f"| {members} | {p50:.0f} | {p99:.0f} | {synced} of {members * 40} | {missing} |", flush=True)
+        p50, p99, missing, synced, cpu_ms = propagation(members)
+        print(f"| {members} | {p50:.0f} | {p99:.0f} | {synced} of {members * 40} | {missing} | {cpu_ms:.1f} |",
+              flush=True)
 
     print("\n### idle cost per member (no goal; scripted model; every member bootstraps to all)")
     print("| members | CPU per member (% of a core) | vs 3 members | all members (% of a core; 200 = both) "

@@ -86,6 +86,9 @@ class PeerExchanges:
                 if new:
                     log.info("peers learned", peer=peer, new=new, listed=len(listing))
         except StreamClosed as exc:
+            # not answered (maybe asked too soon after a reconnection): ask again once the
+            # answerer's window has passed, not a whole interval later
+            self.asked_at[peer] = trio.current_time() - EXCHANGE_INTERVAL + ASKS_APART
             log.debug("peer exchange failed", peer=peer, error=str(exc)[:120])
         except Exception as exc:  # SyncProtocolError, or anything else a hostile answer provokes
             self._refused_by(peer, exc)
@@ -100,7 +103,7 @@ class PeerExchanges:
             # flood (or a quick reconnection); closed before reading, counted, logged quietly
             self.counts["too_soon"] += 1
             log.debug("peer exchange asked too soon", peer=peer)
-            await wrapped.aclose()
+            await wrapped.abort()  # a reset: nothing of the ask is read or kept
             return
         self.answered_at[peer] = now
         try:

@@ -3,9 +3,7 @@
 py-libp2p's defaults break a swarm (see ENVIRONMENT.md); this adapter fixes each:
 
 * gossipsub: ``heartbeat_interval=1``, explicit degrees, ``adaptive_gossip_enabled=False``
-  and ``spam_protection_enabled=False`` (both silently stop a busy mesh), no
-  opportunistic grafting (it churns the mesh into prune backoffs), not meshsub 1.2.0
-  (its IDONTWANT fills the per-peer queues that drop messages);
+  and ``spam_protection_enabled=False`` (both silently stop a busy mesh);
 * security: noise only (no plaintext or secio offered);
 * message ids: sha256 of the payload, so the replayed message cache and
   re-publications dedupe by content (the member dedupes by event id too);
@@ -63,14 +61,7 @@ log = structlog.get_logger("swarm.net")
 adopt_libp2p()  # importing libp2p detached its logger from ours
 peer_records.install()  # each peer's signed record checked once, not per gossip RPC
 
-# Not /meshsub/1.2.0: py-libp2p 0.8.1's IDONTWANT sends a control RPC to every mesh peer
-# before it forwards each message, into the same 32-RPC outbound queue per peer that
-# drops whatever does not fit (rpc_queue.py). On a busy machine the queues fill and
-# messages are lost to gossip (sync repairs them seconds later). Measured with
-# bench.swarm.propagation on this 2-core machine: 16 members, 39 of 40 probes never
-# reached every member in the window with 1.2.0 offered, 2-6 without; 8 members, p50
-# 21 ms (was 28-34) and nothing left to sync.
-GOSSIP_PROTOCOLS = [TProtocol("/meshsub/1.1.0"), TProtocol("/meshsub/1.0.0")]
+GOSSIP_PROTOCOLS = [TProtocol("/meshsub/1.2.0"), TProtocol("/meshsub/1.1.0"), TProtocol("/meshsub/1.0.0")]
 SYNC_PROTOCOL = TProtocol(SYNC_PROTOCOL_ID)
 PEERS_PROTOCOL = TProtocol(peer_exchange.PROTOCOL)
 DIAL_INTERVAL = 2.0
@@ -132,11 +123,6 @@ class Libp2pNetwork:
             gossip_window=3, gossip_history=5,
             adaptive_gossip_enabled=False, spam_protection_enabled=False,
         )
-        # py-libp2p grafts "opportunistically" at every heartbeat (go-libp2p: once a minute,
-        # when the mesh's median score is poor): with no scores it grows each mesh past its
-        # high degree every few seconds, prunes, and both sides back off for a minute, until
-        # meshes of 2 can graft nobody (tests/agents/test_gossip_mesh.py). Never, here.
-        self._router._perform_opportunistic_grafting = lambda topic, peers_to_graft: 0
         # py-libp2p caches a validation verdict by message id for its validation TTL; the id
         # must name the topic too, or the bytes of an honest status replayed on the events
         # topic (refused there) would make every receiver drop the real status as "known bad".
@@ -444,4 +430,3 @@ class Libp2pNetwork:
         except PeerStoreError:
             return []
         return listed_addresses(declared, observed)
-

@@ -35,13 +35,16 @@ import structlog
 from docker.models.containers import Container
 from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
+from testcontainers.core.exceptions import ContainerStartException
 from testcontainers.core.network import Network
 from testcontainers.core.waiting_utils import WaitStrategy
 
 from agents.clusterdir import ClusterDir
 
-# Ryuk's image (testcontainers/ryuk) cannot be pulled here; cleanup is by our labels.
+# Ryuk's image (testcontainers/ryuk) cannot be pulled here; cleanup is by our labels. Our
+# image is local: no registry prefix may be put before its name.
 testcontainers_config.ryuk_disabled = True
+testcontainers_config.hub_image_name_prefix = ""
 
 log = structlog.get_logger("chaos.cluster")
 
@@ -139,6 +142,15 @@ class Answers(WaitStrategy):
             time.sleep(self._poll_interval)
 
 
+def _created(container: DockerContainer) -> bool:
+    """Has testcontainers created this container (even if starting it then failed)?"""
+    try:
+        container.get_wrapped_container()
+    except ContainerStartException:
+        return False
+    return True
+
+
 def _log_of(container: DockerContainer) -> str:
     return container.get_wrapped_container().logs().decode(errors="replace")
 
@@ -182,11 +194,7 @@ class LabCluster:
 
     def _remove_leftovers(self) -> None:
         """An interrupted run with the same id leaves containers and a network behind."""
-        selector = {"label": f"{LABEL}={self.run_id}"}
-        for container in self.docker.containers.list(all=True, filters=selector):
-            container.remove(force=True)
-        for network in self.docker.networks.list(filters=selector):
-            network.remove()
+        sweep(self.run_id)
 
     def _container(self, command: list[str], name: str, **docker_kwargs: object) -> DockerContainer:
         """A container of this run's image on its network, labelled for ``close`` and ``sweep``."""
@@ -231,10 +239,10 @@ class LabCluster:
         (member.data_dir / "addrs").unlink(missing_ok=True)
         if self.llm == "llama" and self.model_service is None:
             self._start_model_service()
-        if member.state == "created":
-            member.container.start()
+        if _created(member.container):
+            member.docker.start()  # the same container again (testcontainers' start would make another)
         else:
-            member.docker.start()
+            member.container.start()
         member.state = "running"
         member.started_at = member.started_at or time.monotonic()
         log.debug("started", member=name)
@@ -252,9 +260,16 @@ class LabCluster:
                    .waiting_for(Answers(self.network.name, MODEL_PORT, "/health", "the model service")
                                 .with_startup_timeout(MODEL_READY_S).with_poll_interval(0.5)))
         self._spares.append(service)
+        self.model_service = service  # kept even if it fails to answer: close removes it, none is made twice
         service.start()
-        self.model_service = service
         log.info("model service up", model=str(self.model_file))
+
+    def model_ip(self) -> str:
+        """The model service's address on the run's network."""
+        assert self.model_service is not None
+        container = self.model_service.get_wrapped_container()
+        container.reload()
+        return container.attrs["NetworkSettings"]["Networks"][self.network.name]["IPAddress"]
 
     def wait_listening(self, names: list[str], timeout: float = 60.0) -> None:
         """Wait until every one of ``names`` listens (started side by side, waited for in turn)."""
@@ -378,15 +393,16 @@ class LabCluster:
             log.warning("could not remove network", error=str(exc)[:200])
 
 
-def sweep() -> int:
-    """Remove every container and network any lab run left behind (by label: see the module's
-    docstring for why not Ryuk). Returns how many."""
+def sweep(run_id: str | None = None) -> int:
+    """Remove every container and network lab runs left behind, or one run's (by label: see
+    the module's docstring for why not Ryuk). Returns how many."""
     client = docker.from_env()
+    selector = {"label": LABEL if run_id is None else f"{LABEL}={run_id}"}
     removed = 0
-    for container in client.containers.list(all=True, filters={"label": LABEL}):
+    for container in client.containers.list(all=True, filters=selector):
         container.remove(force=True)
         removed += 1
-    for network in client.networks.list(filters={"label": LABEL}):
+    for network in client.networks.list(filters=selector):
         network.remove()
         removed += 1
     return removed

@@ -79,6 +79,12 @@ class Nemesis:
                 if sender in self.cluster.running():
                     self._in_netns(name, "iptables", "-A", CHAIN, "-s", self.cluster.ip(sender), "-j", "DROP")
         if name in self.loss:
+            # links between members lose packets, not the member's calls to the run's model
+            # service (a container of its own with --llm llama): faults are the network's, not thought's
+            if self.cluster.model_service is not None:
+                model = self.cluster.model_ip()
+                self._in_netns(name, "iptables", "-A", CHAIN, "-s", model, "-j", "RETURN")
+                self._in_netns(name, "iptables", "-A", CHAIN, "-d", model, "-j", "RETURN")
             self._in_netns(name, "iptables", "-A", CHAIN, "-m", "statistic", "--mode", "random",
                            "--probability", f"{self.loss[name]:.3f}", "-j", "DROP")
         if name in self.bandwidth:

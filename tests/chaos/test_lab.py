@@ -66,28 +66,31 @@ def test_no_docker_engine_is_a_clear_error(tmp_path, monkeypatch) -> None:
 def test_members_are_testcontainers_restarted_in_place_and_an_abandoned_run_is_swept(tmp_path) -> None:
     run_id = f"t{uuid.uuid4().hex[:6]}"
     cluster = LabCluster(run_id=run_id, root=tmp_path, cluster="lifecycle-test")
-    cluster.add(MemberSpec("scorer-1", "scorer"))
-    cluster.start("scorer-1")
-    cluster.wait_listening(["scorer-1"])
-    container = cluster.members["scorer-1"].docker
-    assert container.labels["org.testcontainers"] == "true", "testcontainers created it"
-    assert container.labels["swarm-lab"] == run_id, "and it carries the lab's label for the sweep"
-    first_address = (cluster.members["scorer-1"].data_dir / "addrs").read_text()
+    addrs = tmp_path / "members" / "scorer-1" / "addrs"
+    try:
+        cluster.add(MemberSpec("scorer-1", "scorer"))
+        cluster.start("scorer-1")
+        cluster.wait_listening(["scorer-1"])
+        container = cluster.members["scorer-1"].docker
+        assert container.labels["org.testcontainers"] == "true", "testcontainers created it"
+        assert container.labels["swarm-lab"] == run_id, "and it carries the lab's label for the sweep"
+        first_peers = {line.rsplit("/p2p/", 1)[1] for line in addrs.read_text().split()}
 
-    cluster.kill("scorer-1")
-    cluster.start("scorer-1")  # the same container again: same store, same identity
-    cluster.wait_listening(["scorer-1"])
-    assert cluster.members["scorer-1"].docker.id == container.id
-    assert (cluster.members["scorer-1"].data_dir / "addrs").read_text().split("/p2p/")[1] == \
-        first_address.split("/p2p/")[1]
+        cluster.kill("scorer-1")
+        cluster.start("scorer-1")  # the same container again: same store, same identity
+        cluster.wait_listening(["scorer-1"])
+        assert cluster.members["scorer-1"].docker.id == container.id
+        assert {line.rsplit("/p2p/", 1)[1] for line in addrs.read_text().split()} == first_peers
 
-    # the run is abandoned without close (no Ryuk here): the sweep finds it by label
-    engine = docker.from_env()
-    selector = {"label": f"swarm-lab={run_id}"}
-    assert engine.containers.list(all=True, filters=selector) and engine.networks.list(filters=selector)
-    assert sweep() >= 2
-    assert not engine.containers.list(all=True, filters=selector)
-    assert not engine.networks.list(filters=selector)
+        # the run is abandoned without close (no Ryuk here): the sweep finds it by its label
+        engine = docker.from_env()
+        selector = {"label": f"swarm-lab={run_id}"}
+        assert engine.containers.list(all=True, filters=selector) and engine.networks.list(filters=selector)
+        assert sweep(run_id) == 2
+        assert not engine.containers.list(all=True, filters=selector)
+        assert not engine.networks.list(filters=selector)
+    finally:
+        sweep(run_id)
 
 
 @pytest.mark.slow
