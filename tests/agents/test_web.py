@@ -249,6 +249,8 @@ async def _watch_a_run(browser: Browser, url: str, cluster: LocalCluster, restar
                         "the faults in force", 10)
         await trio.to_thread.run_sync(lambda: cluster.submit("Plan a two-week trip to Japan", max_depth=2))
         await _wait_for(page, "document.getElementById('state').textContent === 'complete'", "a complete plan", 180)
+        # the recorder samples every 20 ms: the wait above can see the state before it does
+        await _wait_for(page, "window.__seen.complete !== null", "the recorder's note of completion", 5)
         seen = await page.evaluate("({...window.__seen, mark: window.__mark})")
         # bookkeeping may still arrive after completion: the page follows it to the final digest
         digest = await trio.to_thread.run_sync(cluster.wait_converged)
