@@ -129,7 +129,7 @@ class Answers(WaitStrategy):
             container.reload()
             if container.status == "exited":
                 raise LabError(f"{self.what} exited at start; its log:\n" + _log_of(container)[-3000:])
-            address = container.get_wrapped_container().attrs["NetworkSettings"]["Networks"][self.network]["IPAddress"]
+            address = _address_on(container.get_wrapped_container(), self.network)
             try:
                 with urllib.request.urlopen(f"http://{address}:{self.port}{self.path}", timeout=2) as answer:
                     if answer.status == 200:
@@ -149,6 +149,11 @@ def _created(container: DockerContainer) -> bool:
     except ContainerStartException:
         return False
     return True
+
+
+def _address_on(container: Container, network: str) -> str:
+    """The container's IP address on ``network`` (as of its last reload)."""
+    return container.attrs["NetworkSettings"]["Networks"][network]["IPAddress"]
 
 
 def _log_of(container: DockerContainer) -> str:
@@ -269,7 +274,7 @@ class LabCluster:
         assert self.model_service is not None
         container = self.model_service.get_wrapped_container()
         container.reload()
-        return container.attrs["NetworkSettings"]["Networks"][self.network.name]["IPAddress"]
+        return _address_on(container, self.network.name)
 
     def wait_listening(self, names: list[str], timeout: float = 60.0) -> None:
         """Wait until every one of ``names`` listens (started side by side, waited for in turn)."""
@@ -299,7 +304,7 @@ class LabCluster:
     def ip(self, name: str) -> str:
         container = self.members[name].docker
         container.reload()
-        return container.attrs["NetworkSettings"]["Networks"][self.network.name]["IPAddress"]
+        return _address_on(container, self.network.name)
 
     def pid(self, name: str) -> int:
         container = self.members[name].docker
