@@ -3,11 +3,19 @@
 One conversation, opened by the member that wants to catch up (the *puller*)::
 
     puller -> server   {"type": "summary", "cluster": C, "ticket": T, "authors": {...}}
-    server -> puller   {"type": "offer", "ticket": T, "summary": {...}, "authors": {...}}
+    server -> puller   {"type": "offer", "ticket": T, "summary": {...}, "authors": {...}, "more": M}
     puller -> server   {"type": "need", "ids": [...]}          (at most BATCH ids)
     server -> puller   {"type": "events", "events": [...], "rest": [...]}
-    ... need / events repeat until nothing is missing ...
+    ... need / events repeat until nothing of this offer is missing ...
+    puller -> server   {"type": "next"}                        (only when M was true)
+    server -> puller   {"type": "offer", "authors": {...}, "more": M}
+    ... need / events, next / offer, until an offer says "more": false ...
     puller -> server   {"type": "done"}
+
+The server's offer is paged: each offer frame lists at most ``OFFER_PAGE`` ids (an
+author's list may go on in the next page), so what either side holds in one frame
+does not grow with the event set; a single offer of a million ids (67 MB) was over
+the frame limit, and a member that far behind could not catch up at all.
 
 ``events`` carries the canonical bytes of each event as a JSON string, in the
 order asked, until the frame reaches ``EVENTS_BUDGET`` bytes; ``rest`` lists the
@@ -22,7 +30,7 @@ cluster is refused before anything is exchanged. The server answers from its
 own event set and never trusts what it is told: the puller verifies every event
 it receives as if it came by gossip, and does not ask for ids its intake already
 knows (held, refused, or due later).
-The offer also carries the server's summary, which ``swarm submit`` uses to see
+The first offer also carries the server's summary, which ``swarm submit`` uses to see
 that a peer holds its goal. Messages are strict: a decode error says what was
 expected and what came.
 """
@@ -38,7 +46,8 @@ from agents.core.sync import AuthorOffer, AuthorSummary, EventIndex, Offer, Summ
 from agents.net.base import MAX_FRAME_BYTES, PeerStream, StreamClosed
 
 BATCH = 500
-PROTOCOL = "/swarm/sync/2.0.0"
+OFFER_PAGE = 20_000  # ids in one offer frame (about 1.4 MB); the rest come on "next"
+PROTOCOL = "/swarm/sync/3.0.0"
 EVENTS_BUDGET = 1024 * 1024  # a server stops adding events to a frame once it is this big
 # Frame limits per message type. An events frame is its budget plus one event (32 KiB,
 # at most doubled by escaping it into a JSON string) plus framing; a need is BATCH ids.
@@ -46,6 +55,7 @@ LIMITS = {
     "summary": 1024 * 1024,  # read before the peer's ticket is checked: ~7,000 authors
     "offer": MAX_FRAME_BYTES,
     "need": 64 * 1024,
+    "next": 64 * 1024,
     "done": 64 * 1024,
     "events": 2 * 1024 * 1024,
 }
@@ -111,6 +121,32 @@ def _summary_from(data: Any) -> Summary:
     return Summary(authors)
 
 
+def _pages(offer: Offer | None) -> list[dict[str, list]]:
+    """The offer's ``authors`` entries, ``OFFER_PAGE`` ids a page at most (an author's ids may
+    go on in the next page, under the same ``after_seq``); always at least one page."""
+    pages: list[dict[str, list]] = [{}]
+    room = OFFER_PAGE
+    for author, entry in (offer.authors if offer else {}).items():
+        ids = list(entry.ids)
+        while True:
+            if room == 0:
+                pages.append({})
+                room = OFFER_PAGE
+            taken, ids = ids[:room], ids[room:]
+            pages[-1][author] = [entry.after_seq, taken]
+            room -= len(taken)
+            if not ids:
+                break
+    return pages
+
+
+def _more(message: dict[str, Any]) -> bool:
+    more = message.get("more")
+    if not isinstance(more, bool):
+        raise SyncProtocolError(f"expected 'more' (true or false) in an offer, found {more!r:.40}")
+    return more
+
+
 def _offer_from(data: Any) -> Offer:
     if not isinstance(data, dict):
         raise SyncProtocolError(f"expected an offer object, found {type(data).__name__}")
@@ -132,18 +168,27 @@ async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials,
     if hello.get("cluster") != me.cluster:
         raise SyncRefused(f"peer is in cluster {hello.get('cluster')!r}, we are in {me.cluster!r}")
     check_ticket(hello, stream, me)
-    offer = index.offer_for(_summary_from(hello.get("authors")))
+    pages = _pages(index.offer_for(_summary_from(hello.get("authors"))))
     await stream.send(encode_message({
         "type": "offer",
         "ticket": me.ticket.wire(),
         "summary": _summary_json(index.summary()),
-        "authors": {a: [o.after_seq, list(o.ids)] for a, o in (offer.authors if offer else {}).items()},
+        "authors": pages[0],
+        "more": len(pages) > 1,
     }))
+    page = 0
     sent = 0
     while True:
-        message = await _receive(stream, ("need", "done"))
+        message = await _receive(stream, ("need", "next", "done"))
         if message["type"] == "done":
             return sent
+        if message["type"] == "next":
+            page += 1
+            if page >= len(pages):
+                raise SyncProtocolError("asked for the next offer page after the last")
+            on_need()  # a page answered is progress too
+            await stream.send(encode_message({"type": "offer", "authors": pages[page], "more": page + 1 < len(pages)}))
+            continue
         ids = message.get("ids")
         if not isinstance(ids, list) or len(ids) > BATCH:
             raise SyncProtocolError(f"expected a list of at most {BATCH} ids, found {type(ids).__name__}")
@@ -177,9 +222,23 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
     reply = await _receive(stream, "offer")
     check_ticket(reply, stream, me)
     theirs = _summary_from(reply.get("summary"))
+    received: list[bytes] = []
+    while True:
+        more = _more(reply)
+        await _fetch(stream, reply, index, known, received if on_events is None else on_events)
+        if not more:
+            break
+        await stream.send(encode_message({"type": "next"}))
+        reply = await _receive(stream, "offer")
+    await stream.send(encode_message({"type": "done"}))
+    return received, theirs
+
+
+async def _fetch(stream: PeerStream, reply: dict[str, Any], index: EventIndex, known: Callable[[str], bool],
+                 to: list[bytes] | Callable[[list[bytes]], None]) -> None:
+    """Ask for what one offer page lists and we lack; each events frame goes ``to``."""
     offer = _offer_from(reply.get("authors"))
     wanted = [i for o in offer.authors.values() for i in o.ids if i not in index and not known(i)]
-    received: list[bytes] = []
     while wanted:
         asked, wanted = wanted[:BATCH], wanted[BATCH:]
         await stream.send(encode_message({"type": "need", "ids": asked}))
@@ -198,14 +257,12 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
             frame = [e.encode() for e in events]
         except UnicodeEncodeError:
             raise SyncProtocolError("an event string holds a lone surrogate: no event's bytes can") from None
-        if on_events is None:
-            received.extend(frame)
+        if isinstance(to, list):
+            to.extend(frame)
         else:
-            on_events(frame)
+            to(frame)
         wanted = rest + wanted
-    await stream.send(encode_message({"type": "done"}))
-    return received, theirs
 
 
-__all__ = ["BATCH", "EVENTS_BUDGET", "LIMITS", "PROTOCOL", "StreamClosed", "SyncProtocolError", "SyncRefused", "TicketError", "pull",
+__all__ = ["BATCH", "EVENTS_BUDGET", "LIMITS", "OFFER_PAGE", "PROTOCOL", "StreamClosed", "SyncProtocolError", "SyncRefused", "TicketError", "pull",
            "serve_pull"]

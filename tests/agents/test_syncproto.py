@@ -7,6 +7,7 @@ import json
 import pytest
 import trio
 
+from agents import syncproto
 from agents.core.clock import Timestamp
 from agents.core.events import ResultBody, sign_event
 from agents.core.sync import EventIndex
@@ -102,6 +103,7 @@ def test_a_server_that_leaves_everything_for_later_is_a_protocol_error_not_a_loo
             await far.send(json.dumps({
                 "type": "offer", "ticket": them.ticket.wire(), "summary": {},
                 "authors": {a: [o.after_seq, list(o.ids)] for a, o in offer.authors.items()},
+                "more": False,
             }).encode())
             need = json.loads(await far.receive())
             filler = [e.to_wire().decode() for e in big_results(3)[2:]][:padding]  # an event nobody asked for
@@ -159,5 +161,72 @@ def test_an_oversized_need_is_refused_before_it_is_read() -> None:
             nursery.start_soon(greedy_puller)
             with pytest.raises(StreamClosed, match="limit"):
                 await serve_pull(far, EventIndex(), them)
+
+    trio.run(main)
+
+
+def small_feed(name: str, count: int) -> list:
+    """``count`` small results, one feed."""
+    me = credentials(name, "executor")
+    events, prev = [], None
+    for seq in range(1, count + 1):
+        body = ResultBody(leaf="ab" * 32, claim="cd" * 32, output=f"answer {seq}")
+        event = sign_event(me.identity, "executor", seq, prev, Timestamp(seq, 0), body,
+                           ticket_sig(me.identity.peer_id, "executor"))
+        events.append(event)
+        prev = event.id
+    return events
+
+
+def test_an_offer_larger_than_a_page_comes_in_pages_and_everything_arrives(monkeypatch) -> None:
+    """Offers are paged (``OFFER_PAGE`` ids a frame, an author's list going on in the next
+    page), so no frame grows with the event set: one offer of a million ids was over the
+    frame limit, and a member that far behind could never catch up."""
+    monkeypatch.setattr(syncproto, "OFFER_PAGE", 7)
+    events = small_feed("executor-a", 17) + small_feed("executor-b", 5)
+    already = events[3:9]  # held already: offered, never asked for
+    received, server_end = trio.run(_converse, EventIndex(events), EventIndex(already))
+    assert sorted(received) == sorted(e.to_wire() for e in events if e not in already)
+    offers = [json.loads(f) for f in server_end.sent if json.loads(f)["type"] == "offer"]
+    assert [sum(len(ids) for _after, ids in o["authors"].values()) for o in offers] == [7, 7, 7, 1]
+    assert [o["more"] for o in offers] == [True, True, True, False]
+    assert "summary" in offers[0] and all("summary" not in o for o in offers[1:])
+
+
+def test_a_next_after_the_last_page_is_a_protocol_error() -> None:
+    async def main() -> None:
+        me, them = credentials("puller", "observer"), credentials("server", "scorer")
+        near, far = pipes(me.identity.peer_id, them.identity.peer_id)
+
+        async def pushy_puller() -> None:
+            await near.send(json.dumps({"type": "summary", "cluster": me.cluster, "ticket": me.ticket.wire(),
+                                        "authors": {}}).encode())
+            offer = json.loads(await near.receive())
+            assert offer["more"] is False
+            await near.send(json.dumps({"type": "next"}).encode())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pushy_puller)
+            with pytest.raises(SyncProtocolError, match="after the last"):
+                await serve_pull(far, EventIndex(small_feed("executor-a", 3)), them)
+
+    trio.run(main)
+
+
+def test_an_offer_without_its_more_flag_is_refused_before_anything_is_asked() -> None:
+    async def main() -> None:
+        me, them = credentials("puller", "observer"), credentials("server", "scorer")
+        near, far = pipes(me.identity.peer_id, them.identity.peer_id)
+
+        async def sloppy_server() -> None:
+            await far.receive()
+            await far.send(json.dumps({"type": "offer", "ticket": them.ticket.wire(), "summary": {},
+                                       "authors": {}}).encode())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sloppy_server)
+            with pytest.raises(SyncProtocolError, match="'more'"):
+                await pull(near, EventIndex(), me)
+        assert [json.loads(f)["type"] for f in near.sent] == ["summary"]
 
     trio.run(main)

@@ -27,8 +27,9 @@ import { pushable } from 'it-pushable'
 import { decodeEvent, Identity, Refused, sha256Hex, signEvent, ticketAdmits } from './protocol.mjs'
 import { fold } from './fold.mjs'
 
-const SYNC = '/swarm/sync/2.0.0'
-const LIMITS = { summary: 16 << 20, offer: 16 << 20, need: 64 << 10, done: 64 << 10, events: 2 << 20 }
+const SYNC = '/swarm/sync/3.0.0'
+const LIMITS = { summary: 16 << 20, offer: 16 << 20, need: 64 << 10, next: 64 << 10, done: 64 << 10, events: 2 << 20 }
+const OFFER_PAGE = 20000 // ids in one offer frame; the rest come on 'next'
 const EVENTS_BUDGET = 1 << 20
 const BATCH = 500
 const DEADLINE_MS = 10_000
@@ -126,6 +127,21 @@ function offerFor (theirs) {
   return { ours, offered }
 }
 
+function pagesOf (offered) { // OFFER_PAGE ids a page at most; an author's list may go on in the next
+  const pages = [{}]
+  let room = OFFER_PAGE
+  for (const [author, [after, ids]] of Object.entries(offered)) {
+    let left = ids
+    do {
+      if (room === 0) { pages.push({}); room = OFFER_PAGE }
+      pages[pages.length - 1][author] = [after, left.slice(0, room)]
+      room -= Math.min(room, left.length)
+      left = left.slice(pages[pages.length - 1][author][1].length)
+    } while (left.length)
+  }
+  return pages
+}
+
 // --- frames over a libp2p stream (4-byte big-endian length, JSON) ------------------------
 
 class Frames {
@@ -192,11 +208,19 @@ async function serve ({ stream, connection }) {
       if (hello.cluster !== config.cluster) throw new Error(`cluster ${hello.cluster}`)
       checkTicket(hello, remote)
       const { ours, offered } = offerFor(hello.authors || {})
-      frames.send({ type: 'offer', ticket: myTicket, summary: ours, authors: offered })
+      const pages = pagesOf(offered)
+      let page = 0
+      frames.send({ type: 'offer', ticket: myTicket, summary: ours, authors: pages[0], more: pages.length > 1 })
       let sent = 0
       for (;;) {
-        const message = await frames.receive('need', 'done')
+        const message = await frames.receive('need', 'next', 'done')
         if (message.type === 'done') break
+        if (message.type === 'next') {
+          page += 1
+          if (page >= pages.length) throw new Error('asked for the next offer page after the last')
+          frames.send({ type: 'offer', authors: pages[page], more: page + 1 < pages.length })
+          continue
+        }
         const out = []
         let rest = []
         let size = 0
@@ -232,19 +256,15 @@ async function pull (node, peer) {
   try {
     await withDeadline(stream, async () => {
       frames.send({ type: 'summary', cluster: config.cluster, ticket: myTicket, authors: summary().out })
-      const offer = await frames.receive('offer')
+      let offer = await frames.receive('offer')
       checkTicket(offer, remote)
-      let wanted = Object.values(offer.authors).flatMap(([, ids]) => ids).filter((id) => !events.has(id) && !held.has(id))
       let got = 0
-      while (wanted.length) {
-        const asked = wanted.slice(0, BATCH)
-        wanted = wanted.slice(BATCH)
-        frames.send({ type: 'need', ids: asked })
-        const answer = await frames.receive('events')
-        if (answer.rest.length && !answer.events.length) throw new Error('events frame with nothing but rest')
-        if (answer.rest.length && new Set(answer.rest).size >= new Set(asked).size) throw new Error('events frame that answered none of the asked ids')
-        for (const text of answer.events) if (intake(Buffer.from(text, 'utf8'))) got++
-        wanted = answer.rest.filter((id) => asked.includes(id)).concat(wanted)
+      for (;;) {
+        if (typeof offer.more !== 'boolean') throw new Error("an offer without its 'more' flag")
+        got += await fetchPage(frames, offer)
+        if (!offer.more) break
+        frames.send({ type: 'next' })
+        offer = await frames.receive('offer')
       }
       frames.send({ type: 'done' })
       if (got) say({ event: 'pulled', peer: remote, events: got })
@@ -254,6 +274,22 @@ async function pull (node, peer) {
   } finally {
     frames.close()
   }
+}
+
+async function fetchPage (frames, offer) { // ask for what one offer page lists and we lack
+  let wanted = Object.values(offer.authors).flatMap(([, ids]) => ids).filter((id) => !events.has(id) && !held.has(id))
+  let got = 0
+  while (wanted.length) {
+    const asked = wanted.slice(0, BATCH)
+    wanted = wanted.slice(BATCH)
+    frames.send({ type: 'need', ids: asked })
+    const answer = await frames.receive('events')
+    if (answer.rest.length && !answer.events.length) throw new Error('events frame with nothing but rest')
+    if (answer.rest.length && new Set(answer.rest).size >= new Set(asked).size) throw new Error('events frame that answered none of the asked ids')
+    for (const text of answer.events) if (intake(Buffer.from(text, 'utf8'))) got++
+    wanted = answer.rest.filter((id) => asked.includes(id)).concat(wanted)
+  }
+  return got
 }
 
 // --- the host ------------------------------------------------------------------------
