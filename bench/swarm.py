@@ -153,6 +153,7 @@ class CatchUp:
     bytes_in: int  # sync frame bytes the joiner received
     bytes_out: int  # and sent
     same_digest: bool  # the joiner's tree is the holder's
+    peak_mb: float  # the joiner's peak resident memory (ru_maxrss)
 
 
 def _log_of(events: int) -> list[Event]:
@@ -203,20 +204,31 @@ def catch_up(batch: list[Event]) -> CatchUp:
         while not (data_dir / "addrs").exists():
             time.sleep(0.1)
         try:
-            start = time.perf_counter()
-            run = subprocess.run([*swarm_command(), "observe", "--timeout", "600", "--cluster", CLUSTER,
-                                  "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0", "--bootstrap", holder.address,
-                                  "--data-dir", str(root / "late"), "--json", str(root / "late.json")],
-                                 capture_output=True, text=True)
-            elapsed = time.perf_counter() - start
+            with open(root / "late.err", "w+") as errors:
+                start = time.perf_counter()
+                joiner = subprocess.Popen([*swarm_command(), "observe", "--timeout", "600", "--cluster", CLUSTER,
+                                           "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0", "--bootstrap",
+                                           holder.address, "--data-dir", str(root / "late"),
+                                           "--json", str(root / "late.json")],
+                                          stdout=subprocess.DEVNULL, stderr=errors)
+                try:
+                    _, status, usage = os.wait4(joiner.pid, 0)  # its own peak RSS, not all children's
+                except BaseException:  # an interrupted bench leaves no joiner behind
+                    joiner.kill()
+                    joiner.wait()
+                    raise
+                elapsed = time.perf_counter() - start
+                joiner.returncode = os.waitstatus_to_exitcode(status)
+                errors.seek(0)
+                if joiner.returncode != 0:
+                    raise RuntimeError(errors.read()[-2000:])
         finally:
             stop([holder])
-        if run.returncode != 0:
-            raise RuntimeError(run.stderr[-2000:])
         with EventStore.open(root / "late") as store:
             assert store.count() == len(batch), (store.count(), len(batch))
         report = json.loads((root / "late.json").read_text())
-        return CatchUp(elapsed, report["sync"]["bytes_in"], report["sync"]["bytes_out"], report["digest"] == digest)
+        return CatchUp(elapsed, report["sync"]["bytes_in"], report["sync"]["bytes_out"], report["digest"] == digest,
+                       usage.ru_maxrss / 1024)
 
 
 def democracy(latency: float = 0.5) -> tuple[float, float, int, int]:
@@ -284,16 +296,17 @@ def late_joins() -> None:
     print("The floor: the same events' signature checks alone, on every core, measured in this run.")
     base = catch_up(_log_of(1))
     print("| events | joiner wall (s) | minus 1-event run (s) | signature floor (s) | vs floor | received (MB) "
-          "| sent (KB) | same digest |")
-    print("|---:|---:|---:|---:|---:|---:|---:|:---:|")
-    print(f"| 1 (baseline: start, dial, exit) | {base.seconds:.1f} | - | - | - | - | - | {base.same_digest} |", flush=True)
+          "| sent (KB) | joiner peak RSS (MB) | same digest |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|:---:|")
+    print(f"| 1 (baseline: start, dial, exit) | {base.seconds:.1f} | - | - | - | - | - | {base.peak_mb:.0f} "
+          f"| {base.same_digest} |", flush=True)
     for events in LATE_JOIN_SIZES:
         batch = _log_of(events)
         floor = signature_floor(batch)
         run = catch_up(batch)
         net = max(run.seconds - base.seconds, 1e-3)
         print(f"| {events:,} | {run.seconds:.1f} | {net:.1f} | {floor:.2f} | {net / floor:.1f}x "
-              f"| {run.bytes_in / 1e6:.1f} | {run.bytes_out / 1e3:.0f} | {run.same_digest} |", flush=True)
+              f"| {run.bytes_in / 1e6:.1f} | {run.bytes_out / 1e3:.0f} | {run.peak_mb:.0f} | {run.same_digest} |", flush=True)
         assert run.same_digest, f"the late joiner's tree differs from the holder's at {events} events"
 
 
