@@ -88,6 +88,7 @@ class MemberStats:
     sync_violations: int = 0  # conversations a peer broke: an oversized frame, a malformed message
     sync_rounds: int = 0  # rounds of the sync loop: each pulls from the peers with no pull running
     sync_open_failed: int = 0  # pulls that could not open a stream to a peer we hold a connection to
+    pulls_whole: int = 0  # pulls that ran to their end: all the peer offered was asked for
     sync_bytes_in: int = 0  # frame bytes received in sync conversations, pulls and serves
     sync_bytes_out: int = 0  # frame bytes sent in them
     held: int = 0

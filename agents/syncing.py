@@ -151,6 +151,7 @@ class MemberSync:
                 self._refold()
             await stream.aclose()
         if whole:
+            self.stats.pulls_whole += 1
             self._learned_own_feed(peer)
         self._log.debug("pulled", peer=peer[-8:], added=added)
         if self.metrics is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -102,6 +103,32 @@ def test_observe_with_nobody_to_ask_fails_instead_of_printing_an_empty_plan(clus
                 "--bootstrap", NOBODY)
     assert run.returncode == 1
     assert "no peer answered within 2 s" in run.stderr
+
+
+def test_observe_whose_every_pull_is_refused_fails_instead_of_printing_a_partial_plan(cluster, tmp_path) -> None:
+    """Connected, but no pull ran to its end (here: the peer is of another cluster and refuses
+    the conversation): the one-shot says so and exits 1, rather than print what it has as if
+    it were the plan."""
+    assert swarm("cluster", "init", str(tmp_path / "other"), "--name", "other").returncode == 0
+    assert swarm("admit", str(tmp_path / "other"), "--role", "observer",
+                 "--data-dir", str(tmp_path / "stranger")).returncode == 0
+    member = subprocess.Popen([sys.executable, "-m", "agents.cli.main", "agent", "--data-dir",
+                               str(cluster / "executor"), "--no-mdns", "--llm", "scripted",
+                               "--listen", "/ip4/127.0.0.1/tcp/0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        addrs = cluster / "executor" / "addrs"
+        deadline = time.monotonic() + 60
+        while not addrs.exists() and member.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert addrs.exists(), "the member did not start"
+        run = swarm("observe", "--no-mdns", "--timeout", "30", "--data-dir", str(tmp_path / "stranger"),
+                    "--bootstrap", addrs.read_text().split()[0])
+    finally:
+        member.terminate()
+        member.wait(timeout=30)
+        addrs.unlink(missing_ok=True)
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "no pull from a peer ran to its end" in run.stderr
 
 
 def test_submit_to_nobody_gives_up_with_a_reason(cluster) -> None:
