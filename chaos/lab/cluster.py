@@ -89,31 +89,44 @@ class LabMember:
         return self.container.get_wrapped_container()
 
 
-class Listening(WaitStrategy):
-    """A member is up once it has written its listen addresses into its data directory.
+class _Polled(WaitStrategy):
+    """Poll ``ready`` until it holds; a container that exits first fails at once with its log,
+    one that is not ready by the startup timeout fails with the last reason it gave."""
 
-    The file is on the host (the data directory is mounted), so no exec or port
-    mapping is needed; a container that exits first fails at once with its log.
-    """
+    what = "the container"
 
-    def __init__(self, addrs_file: Path, name: str) -> None:
-        super().__init__()
-        self.addrs_file = addrs_file
-        self.name = name
+    def ready(self, container: DockerContainer) -> str | None:
+        """None once ready, else why not yet."""
+        raise NotImplementedError
 
     def wait_until_ready(self, container: DockerContainer) -> None:  # type: ignore[override]
         deadline = time.monotonic() + self._startup_timeout
-        while not self.addrs_file.exists():
+        while True:
             container.reload()
             if container.status == "exited":
-                raise LabError(f"{self.name} exited at start; its log:\n" + _log_of(container)[-3000:])
+                raise LabError(f"{self.what} exited at start; its log:\n" + _log_of(container)[-3000:])
+            if (why := self.ready(container)) is None:
+                return
             if time.monotonic() > deadline:
-                raise LabError(f"{self.name} did not start listening within {self._startup_timeout:.0f}s; "
+                raise LabError(f"{self.what} was not ready within {self._startup_timeout:.0f}s ({why}); "
                                "its log:\n" + _log_of(container)[-3000:])
             time.sleep(self._poll_interval)
 
 
-class Answers(WaitStrategy):
+class Listening(_Polled):
+    """A member is up once it has written its listen addresses into its data directory.
+    The file is on the host (the data directory is mounted), so no exec or port mapping is
+    needed."""
+
+    def __init__(self, addrs_file: Path, name: str) -> None:
+        super().__init__()
+        self.addrs_file, self.what = addrs_file, name
+
+    def ready(self, container: DockerContainer) -> str | None:
+        return None if self.addrs_file.exists() else "it has not written its listen addresses"
+
+
+class Answers(_Polled):
     """A service is up once ``GET http://ADDRESS:PORT/PATH`` answers 200, ADDRESS being its
     address on the lab network: the host reaches it there, so nothing is published on the
     host's interfaces (testcontainers' own HTTP wait goes through a published port)."""
@@ -122,24 +135,13 @@ class Answers(WaitStrategy):
         super().__init__()
         self.network, self.port, self.path, self.what = network, port, path, what
 
-    def wait_until_ready(self, container: DockerContainer) -> None:  # type: ignore[override]
-        deadline = time.monotonic() + self._startup_timeout
-        last = "no answer yet"
-        while True:
-            container.reload()
-            if container.status == "exited":
-                raise LabError(f"{self.what} exited at start; its log:\n" + _log_of(container)[-3000:])
-            address = _address_on(container.get_wrapped_container(), self.network)
-            try:
-                with urllib.request.urlopen(f"http://{address}:{self.port}{self.path}", timeout=2) as answer:
-                    if answer.status == 200:
-                        return
-            except (OSError, ValueError) as exc:
-                last = str(exc)[:200]
-            if time.monotonic() > deadline:
-                raise LabError(f"{self.what} did not answer {self.path} within {self._startup_timeout:.0f}s "
-                               f"({last}); its log:\n" + _log_of(container)[-3000:])
-            time.sleep(self._poll_interval)
+    def ready(self, container: DockerContainer) -> str | None:
+        address = _address_on(container.get_wrapped_container(), self.network)
+        try:
+            with urllib.request.urlopen(f"http://{address}:{self.port}{self.path}", timeout=2) as answer:
+                return None if answer.status == 200 else f"{self.path} answered {answer.status}"
+        except (OSError, ValueError) as exc:
+            return f"{self.path}: {str(exc)[:200]}"
 
 
 def _created(container: DockerContainer) -> bool:
