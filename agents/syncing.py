@@ -97,20 +97,23 @@ class MemberSync:
         """One pull. Each events frame is verified and stored as it arrives (one frame held
         at a time), and the tree is folded once at the end: a 100k-event catch-up is about a
         hundred frames, and folding after each made it quadratic. The deadline counts from
-        the last frame that answered something asked (``syncproto.pull`` refuses one that
-        answers nothing), up to ``PULL_LIMIT`` in all."""
+        the last events frame that answered something asked (``syncproto.pull`` refuses one
+        that answers nothing) or offer page, up to ``PULL_LIMIT`` in all."""
         started = trio.current_time()
         scope = trio.CancelScope(deadline=started + PULL_DEADLINE)
         added = 0
         whole = False
 
-        def frame(raws: list[bytes]) -> None:
-            nonlocal added
-            added += self._take_synced(raws)
+        def moved() -> None:
             now = self._pulling[peer] = trio.current_time()
             scope.deadline = min(started + PULL_LIMIT, now + PULL_DEADLINE)
             for round_scope in self._sync_rounds:
                 round_scope.deadline = max(round_scope.deadline, now + PULL_DEADLINE + 2 * SYNC_INTERVAL)
+
+        def frame(raws: list[bytes]) -> None:
+            nonlocal added
+            added += self._take_synced(raws)
+            moved()
 
         try:
             with trio.move_on_at(scope.deadline) as dial:  # the dial counts: a peer that stalls costs one pull
@@ -127,7 +130,7 @@ class MemberSync:
         try:
             with scope:
                 await pull(stream, self.index, self.credentials,
-                           known=lambda event_id: self.intake.knows(event_id), on_events=frame)
+                           known=lambda event_id: self.intake.knows(event_id), on_events=frame, on_page=moved)
             if scope.cancelled_caught:
                 self.stats.sync_timeouts += 1
                 self._log.warning("sync pull timed out", peer=peer[-8:], deadline_s=PULL_DEADLINE,

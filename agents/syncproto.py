@@ -127,15 +127,16 @@ def _pages(offer: Offer | None) -> list[dict[str, list]]:
     pages: list[dict[str, list]] = [{}]
     room = OFFER_PAGE
     for author, entry in (offer.authors if offer else {}).items():
-        ids = list(entry.ids)
+        start = 0
         while True:
             if room == 0:
                 pages.append({})
                 room = OFFER_PAGE
-            taken, ids = ids[:room], ids[room:]
+            taken = list(entry.ids[start:start + room])
             pages[-1][author] = [entry.after_seq, taken]
             room -= len(taken)
-            if not ids:
+            start += len(taken)
+            if start >= len(entry.ids):
                 break
     return pages
 
@@ -144,6 +145,10 @@ def _more(message: dict[str, Any]) -> bool:
     more = message.get("more")
     if not isinstance(more, bool):
         raise SyncProtocolError(f"expected 'more' (true or false) in an offer, found {more!r:.40}")
+    authors = message.get("authors")
+    if more and not (isinstance(authors, dict) and any(isinstance(e, list) and len(e) == 2 and e[1]
+                                                       for e in authors.values())):
+        raise SyncProtocolError("an offer page that says more follow lists no ids")
     return more
 
 
@@ -162,8 +167,8 @@ def _offer_from(data: Any) -> Offer:
 async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials,
                      on_need: Callable[[], None] = lambda: None) -> int:
     """Answer one peer's pull from our events. Returns how many events we sent.
-    ``on_need`` is told of each need answered with at least one event (the caller's deadline
-    counts from the last)."""
+    ``on_need`` is told of each need answered with at least one event, and of each offer page
+    sent on ``next`` (the caller's deadline counts from the last)."""
     hello = await _receive(stream, "summary")
     if hello.get("cluster") != me.cluster:
         raise SyncRefused(f"peer is in cluster {hello.get('cluster')!r}, we are in {me.cluster!r}")
@@ -208,20 +213,37 @@ async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials,
         sent += len(events)
 
 
+async def _open_pull(stream: PeerStream, index: EventIndex, me: Credentials) -> tuple[dict[str, Any], Summary]:
+    """Send our summary; the server's first offer (its ticket checked) and its summary."""
+    await stream.send(encode_message({"type": "summary", "cluster": me.cluster, "ticket": me.ticket.wire(),
+                                      "authors": _summary_json(index.summary())}))
+    reply = await _receive(stream, "offer")
+    check_ticket(reply, stream, me)
+    return reply, _summary_from(reply.get("summary"))
+
+
+async def peek(stream: PeerStream, index: EventIndex, me: Credentials) -> Summary:
+    """The peer's summary alone: its first offer is read and nothing is fetched (``swarm
+    submit`` asks this to see that a peer holds its goal)."""
+    _reply, theirs = await _open_pull(stream, index, me)
+    await stream.send(encode_message({"type": "done"}))
+    return theirs
+
+
 async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
                known: Callable[[str], bool] = lambda _id: False,
-               on_events: Callable[[list[bytes]], None] | None = None) -> tuple[list[bytes], Summary]:
+               on_events: Callable[[list[bytes]], None] | None = None,
+               on_page: Callable[[], None] = lambda: None) -> tuple[list[bytes], Summary]:
     """Pull from the peer what it offers and we lack (and ``known`` does not rule out).
     Returns the raw events (unverified: run them through the intake) and the peer's summary.
 
     With ``on_events``, each events frame goes to it as it arrives and none is returned:
     a large catch-up is stored as it comes, holding one frame at a time, and its ids
-    drop out of what is asked next time (``index``/``known``) should the pull be cut."""
-    await stream.send(encode_message({"type": "summary", "cluster": me.cluster, "ticket": me.ticket.wire(),
-                               "authors": _summary_json(index.summary())}))
-    reply = await _receive(stream, "offer")
-    check_ticket(reply, stream, me)
-    theirs = _summary_from(reply.get("summary"))
+    drop out of what is asked next time (``index``/``known``) should the pull be cut.
+    ``on_page`` is told of each offer page after the first (progress too: pages may list
+    only ids we hold). A page that says more follow must list some ids: an endless run of
+    empty pages would be progress about nothing."""
+    reply, theirs = await _open_pull(stream, index, me)
     received: list[bytes] = []
     while True:
         more = _more(reply)
@@ -230,6 +252,7 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
             break
         await stream.send(encode_message({"type": "next"}))
         reply = await _receive(stream, "offer")
+        on_page()
     await stream.send(encode_message({"type": "done"}))
     return received, theirs
 
@@ -264,5 +287,17 @@ async def _fetch(stream: PeerStream, reply: dict[str, Any], index: EventIndex, k
         wanted = rest + wanted
 
 
-__all__ = ["BATCH", "EVENTS_BUDGET", "LIMITS", "OFFER_PAGE", "PROTOCOL", "StreamClosed", "SyncProtocolError", "SyncRefused", "TicketError", "pull",
-           "serve_pull"]
+__all__ = [
+    "BATCH",
+    "EVENTS_BUDGET",
+    "LIMITS",
+    "OFFER_PAGE",
+    "PROTOCOL",
+    "StreamClosed",
+    "SyncProtocolError",
+    "SyncRefused",
+    "TicketError",
+    "peek",
+    "pull",
+    "serve_pull",
+]

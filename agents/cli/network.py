@@ -181,7 +181,7 @@ async def _connected(network, timeout: float) -> bool:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from agents.syncproto import pull
+    from agents.syncproto import peek
 
     if not args.bootstrap and not args.mdns:
         raise CommandError("swarm submit needs a peer: give --bootstrap MULTIADDR (or allow mDNS)")
@@ -214,7 +214,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
                     for peer in network.connected_peers():
                         try:
                             stream = await network.open_stream(peer)
-                            _, theirs = await pull(stream, member.index, creds)
+                            theirs = await peek(stream, member.index, creds)
                             await stream.aclose()
                         except Exception as exc:  # the peer may be starting up; try again
                             log.debug("ack check failed", peer=peer, error=repr(exc)[:100])

@@ -178,19 +178,78 @@ def small_feed(name: str, count: int) -> list:
     return events
 
 
-def test_an_offer_larger_than_a_page_comes_in_pages_and_everything_arrives(monkeypatch) -> None:
+@pytest.mark.parametrize(("second_feed", "pages"), [(5, [7, 7, 7, 1]), (4, [7, 7, 7])])
+def test_an_offer_larger_than_a_page_comes_in_pages_and_everything_arrives(monkeypatch, second_feed, pages) -> None:
     """Offers are paged (``OFFER_PAGE`` ids a frame, an author's list going on in the next
     page), so no frame grows with the event set: one offer of a million ids was over the
     frame limit, and a member that far behind could never catch up."""
     monkeypatch.setattr(syncproto, "OFFER_PAGE", 7)
-    events = small_feed("executor-a", 17) + small_feed("executor-b", 5)
+    events = small_feed("executor-a", 17) + small_feed("executor-b", second_feed)
     already = events[3:9]  # held already: offered, never asked for
     received, server_end = trio.run(_converse, EventIndex(events), EventIndex(already))
     assert sorted(received) == sorted(e.to_wire() for e in events if e not in already)
     offers = [json.loads(f) for f in server_end.sent if json.loads(f)["type"] == "offer"]
-    assert [sum(len(ids) for _after, ids in o["authors"].values()) for o in offers] == [7, 7, 7, 1]
-    assert [o["more"] for o in offers] == [True, True, True, False]
+    assert [sum(len(ids) for _after, ids in o["authors"].values()) for o in offers] == pages
+    assert [o["more"] for o in offers] == [True] * (len(pages) - 1) + [False]
     assert "summary" in offers[0] and all("summary" not in o for o in offers[1:])
+
+
+def test_offer_pages_with_nothing_to_fetch_are_progress_too(monkeypatch) -> None:
+    """A puller that holds what the later pages list fetches nothing for them, but is told of
+    each page (its deadline counts from the last one): a long run of such pages must not
+    look like a stalled pull."""
+    monkeypatch.setattr(syncproto, "OFFER_PAGE", 7)
+    events = small_feed("executor-a", 22)
+    pages_told: list[int] = []
+
+    async def main() -> list[bytes]:
+        me, them = credentials("puller", "observer"), credentials("server", "scorer")
+        near, far = pipes(me.identity.peer_id, them.identity.peer_id)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_pull, far, EventIndex(events), them)
+            received, _summary = await pull(near, EventIndex(events[2:]), me, on_page=lambda: pages_told.append(1))
+        return received
+
+    received = trio.run(main)
+    assert sorted(received) == sorted(e.to_wire() for e in events[:2])  # the first page's two
+    assert len(pages_told) == 3  # pages 2, 3 and 4, each with nothing to fetch
+
+
+def test_a_page_that_says_more_follow_must_list_ids() -> None:
+    async def main() -> None:
+        me, them = credentials("puller", "observer"), credentials("server", "scorer")
+        near, far = pipes(me.identity.peer_id, them.identity.peer_id)
+
+        async def endless_server() -> None:
+            await far.receive()
+            await far.send(json.dumps({"type": "offer", "ticket": them.ticket.wire(), "summary": {},
+                                       "authors": {}, "more": True}).encode())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(endless_server)
+            with pytest.raises(SyncProtocolError, match="lists no ids"):
+                await pull(near, EventIndex(), me)
+
+    trio.run(main)
+
+
+def test_peek_reads_the_summary_and_fetches_nothing() -> None:
+    """``swarm submit`` only wants to see its goal in a peer's summary; it used to pull
+    everything the peer held, every 0.3 s, to read it."""
+    events = small_feed("executor-a", 30)
+
+    async def main() -> tuple[object, Pipe, Pipe]:
+        me, them = credentials("puller", "observer"), credentials("server", "scorer")
+        near, far = pipes(me.identity.peer_id, them.identity.peer_id)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_pull, far, EventIndex(events), them)
+            theirs = await syncproto.peek(near, EventIndex(), me)
+        return theirs, near, far
+
+    theirs, near, far = trio.run(main)
+    assert theirs.authors[events[0].author].prefix_id == events[-1].id  # type: ignore[attr-defined]
+    assert [json.loads(f)["type"] for f in near.sent] == ["summary", "done"]
+    assert [json.loads(f)["type"] for f in far.sent] == ["offer"]
 
 
 def test_a_next_after_the_last_page_is_a_protocol_error() -> None:

@@ -29,13 +29,13 @@ import { fold } from './fold.mjs'
 
 const SYNC = '/swarm/sync/3.0.0'
 const LIMITS = { summary: 16 << 20, offer: 16 << 20, need: 64 << 10, next: 64 << 10, done: 64 << 10, events: 2 << 20 }
-const OFFER_PAGE = 20000 // ids in one offer frame; the rest come on 'next'
 const EVENTS_BUDGET = 1 << 20
 const BATCH = 500
 const DEADLINE_MS = 10_000
 const SYNC_INTERVAL_MS = 3_000
 
 const config = JSON.parse(readFileSync(process.argv[2], 'utf8'))
+const OFFER_PAGE = config.offerPage || 20000 // ids in one offer frame; the rest come on 'next'
 const me = new Identity(Buffer.from(config.seed, 'hex'))
 const topic = `swarm/${config.cluster}/events`
 const myTicket = { peer: me.peerId, role: config.role, sig: config.ticket }
@@ -261,6 +261,7 @@ async function pull (node, peer) {
       let got = 0
       for (;;) {
         if (typeof offer.more !== 'boolean') throw new Error("an offer without its 'more' flag")
+        if (offer.more && !Object.values(offer.authors).some(([, ids]) => ids.length)) throw new Error('an offer page that says more follow lists no ids')
         got += await fetchPage(frames, offer)
         if (!offer.more) break
         frames.send({ type: 'next' })
