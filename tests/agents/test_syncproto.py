@@ -215,24 +215,6 @@ def test_offer_pages_with_nothing_to_fetch_are_progress_too(monkeypatch) -> None
     assert len(pages_told) == 3  # pages 2, 3 and 4, each with nothing to fetch
 
 
-def test_a_page_that_says_more_follow_must_list_ids() -> None:
-    async def main() -> None:
-        me, them = credentials("puller", "observer"), credentials("server", "scorer")
-        near, far = pipes(me.identity.peer_id, them.identity.peer_id)
-
-        async def endless_server() -> None:
-            await far.receive()
-            await far.send(json.dumps({"type": "offer", "ticket": them.ticket.wire(), "summary": {},
-                                       "authors": {}, "more": True}).encode())
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(endless_server)
-            with pytest.raises(SyncProtocolError, match="lists no ids"):
-                await pull(near, EventIndex(), me)
-
-    trio.run(main)
-
-
 def test_peek_reads_the_summary_and_fetches_nothing() -> None:
     """``swarm submit`` only wants to see its goal in a peer's summary; it used to pull
     everything the peer held, every 0.3 s, to read it."""
@@ -272,7 +254,11 @@ def test_a_next_after_the_last_page_is_a_protocol_error() -> None:
     trio.run(main)
 
 
-def test_an_offer_without_its_more_flag_is_refused_before_anything_is_asked() -> None:
+@pytest.mark.parametrize(("flag", "refusal"), [({}, "'more'"), ({"more": True}, "lists no ids")],
+                         ids=["without-its-more-flag", "more-follow-but-no-ids"])
+def test_an_offer_page_that_breaks_the_rules_is_refused_before_anything_is_asked(flag, refusal) -> None:
+    """An offer must say whether more follow, and one that says so must list ids: an endless
+    run of empty pages would be progress about nothing."""
     async def main() -> None:
         me, them = credentials("puller", "observer"), credentials("server", "scorer")
         near, far = pipes(me.identity.peer_id, them.identity.peer_id)
@@ -280,11 +266,11 @@ def test_an_offer_without_its_more_flag_is_refused_before_anything_is_asked() ->
         async def sloppy_server() -> None:
             await far.receive()
             await far.send(json.dumps({"type": "offer", "ticket": them.ticket.wire(), "summary": {},
-                                       "authors": {}}).encode())
+                                       "authors": {}, **flag}).encode())
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(sloppy_server)
-            with pytest.raises(SyncProtocolError, match="'more'"):
+            with pytest.raises(SyncProtocolError, match=refusal):
                 await pull(near, EventIndex(), me)
         assert [json.loads(f)["type"] for f in near.sent] == ["summary"]
 
