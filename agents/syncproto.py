@@ -141,13 +141,11 @@ def _pages(offer: Offer | None) -> list[dict[str, list]]:
     return pages
 
 
-def _more(message: dict[str, Any]) -> bool:
+def _more(message: dict[str, Any], page: Offer) -> bool:
     more = message.get("more")
     if not isinstance(more, bool):
         raise SyncProtocolError(f"expected 'more' (true or false) in an offer, found {more!r:.40}")
-    authors = message.get("authors")
-    if more and not (isinstance(authors, dict) and any(isinstance(e, list) and len(e) == 2 and e[1]
-                                                       for e in authors.values())):
+    if more and not any(entry.ids for entry in page.authors.values()):
         raise SyncProtocolError("an offer page that says more follow lists no ids")
     return more
 
@@ -246,8 +244,9 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
     reply, theirs = await _open_pull(stream, index, me)
     received: list[bytes] = []
     while True:
-        more = _more(reply)
-        await _fetch(stream, reply, index, known, received if on_events is None else on_events)
+        page = _offer_from(reply.get("authors"))
+        more = _more(reply, page)
+        await _fetch(stream, page, index, known, received if on_events is None else on_events)
         if not more:
             break
         await stream.send(encode_message({"type": "next"}))
@@ -257,11 +256,10 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
     return received, theirs
 
 
-async def _fetch(stream: PeerStream, reply: dict[str, Any], index: EventIndex, known: Callable[[str], bool],
+async def _fetch(stream: PeerStream, page: Offer, index: EventIndex, known: Callable[[str], bool],
                  to: list[bytes] | Callable[[list[bytes]], None]) -> None:
     """Ask for what one offer page lists and we lack; each events frame goes ``to``."""
-    offer = _offer_from(reply.get("authors"))
-    wanted = [i for o in offer.authors.values() for i in o.ids if i not in index and not known(i)]
+    wanted = [i for o in page.authors.values() for i in o.ids if i not in index and not known(i)]
     while wanted:
         asked, wanted = wanted[:BATCH], wanted[BATCH:]
         await stream.send(encode_message({"type": "need", "ids": asked}))

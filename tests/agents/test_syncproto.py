@@ -50,17 +50,31 @@ def pipes(puller: str, server: str) -> tuple[Pipe, Pipe]:
     return Pipe(server, puller_inbox, to_server), Pipe(puller, server_inbox, to_puller)
 
 
-def big_results(count: int) -> list:
-    """``count`` results of about 8 KiB each, every one a different event of one feed."""
-    me = credentials("executor-big", "executor")
+def feed(name: str, count: int, output=lambda seq: f"{seq} " + "\"quoted\" " * 880) -> list:
+    """``count`` results of one feed, each a different event (about 8 KiB each by default)."""
+    me = credentials(name, "executor")
     events, prev = [], None
     for seq in range(1, count + 1):
-        body = ResultBody(leaf="ab" * 32, claim="cd" * 32, output=f"{seq} " + "\"quoted\" " * 880)
+        body = ResultBody(leaf="ab" * 32, claim="cd" * 32, output=output(seq))
         event = sign_event(me.identity, "executor", seq, prev, Timestamp(seq, 0), body,
                            ticket_sig(me.identity.peer_id, "executor"))
         events.append(event)
         prev = event.id
     return events
+
+
+def big_results(count: int) -> list:
+    return feed("executor-big", count)
+
+
+def small_feed(name: str, count: int) -> list:
+    return feed(name, count, lambda seq: f"answer {seq}")
+
+
+async def open_pull(near: Pipe, me) -> None:
+    """A hand-driven puller's first frame: its summary of nothing."""
+    await near.send(json.dumps({"type": "summary", "cluster": me.cluster, "ticket": me.ticket.wire(),
+                                "authors": {}}).encode())
 
 
 async def _converse(server_index: EventIndex, puller_index: EventIndex) -> tuple[list[bytes], Pipe]:
@@ -152,8 +166,7 @@ def test_an_oversized_need_is_refused_before_it_is_read() -> None:
         near, far = pipes(me.identity.peer_id, them.identity.peer_id)
 
         async def greedy_puller() -> None:
-            await near.send(json.dumps({"type": "summary", "cluster": me.cluster, "ticket": me.ticket.wire(),
-                                        "authors": {}}).encode())
+            await open_pull(near, me)
             await near.receive()
             await near.send(json.dumps({"type": "need", "ids": ["ab" * 32] * 5000}).encode())
 
@@ -163,19 +176,6 @@ def test_an_oversized_need_is_refused_before_it_is_read() -> None:
                 await serve_pull(far, EventIndex(), them)
 
     trio.run(main)
-
-
-def small_feed(name: str, count: int) -> list:
-    """``count`` small results, one feed."""
-    me = credentials(name, "executor")
-    events, prev = [], None
-    for seq in range(1, count + 1):
-        body = ResultBody(leaf="ab" * 32, claim="cd" * 32, output=f"answer {seq}")
-        event = sign_event(me.identity, "executor", seq, prev, Timestamp(seq, 0), body,
-                           ticket_sig(me.identity.peer_id, "executor"))
-        events.append(event)
-        prev = event.id
-    return events
 
 
 @pytest.mark.parametrize(("second_feed", "pages"), [(5, [7, 7, 7, 1]), (4, [7, 7, 7])])
@@ -240,8 +240,7 @@ def test_a_next_after_the_last_page_is_a_protocol_error() -> None:
         near, far = pipes(me.identity.peer_id, them.identity.peer_id)
 
         async def pushy_puller() -> None:
-            await near.send(json.dumps({"type": "summary", "cluster": me.cluster, "ticket": me.ticket.wire(),
-                                        "authors": {}}).encode())
+            await open_pull(near, me)
             offer = json.loads(await near.receive())
             assert offer["more"] is False
             await near.send(json.dumps({"type": "next"}).encode())
@@ -270,7 +269,7 @@ def test_an_offer_page_that_breaks_the_rules_is_refused_before_anything_is_asked
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(sloppy_server)
-            with pytest.raises(SyncProtocolError, match=refusal):
+            with pytest.raises(SyncProtocolError, match=refusal), trio.fail_after(10):  # not a wait for more
                 await pull(near, EventIndex(), me)
         assert [json.loads(f)["type"] for f in near.sent] == ["summary"]
 
