@@ -8,6 +8,10 @@ start and nothing to pickle. Results come back in the frame's order whatever
 the threads do, so what a member admits never depends on their timing, and the
 caller blocks until the frame is done (no trio checkpoint: a mock clock cannot
 jump meanwhile, which the simulated world relies on).
+
+``FramePipeline`` goes one frame further for a pull: the checks of one frame run
+while this thread stores the frame before it and receives the next, so it
+waits on the workers only when they are behind.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from agents.core.events import Event, EventRefused, check_signature, decode_unve
 
 CHUNK = 128  # events handed to a worker at once: large enough to amortise the hand-off
 PARALLEL_FROM = 2 * CHUNK  # smaller frames (gossip-sized, the simulation's) decode inline
-WORKERS = max(1, min(4, (os.cpu_count() or 2) - 1))
+WORKERS = max(1, min(4, os.cpu_count() or 1))  # every core: this thread waits on them more than it works
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -68,15 +72,60 @@ def _unverified(raw: bytes) -> tuple[Event, bytes] | EventRefused:
         return exc
 
 
+Decoded = list[tuple[bytes, Event | EventRefused]]
+
+
+class _Submitted:
+    """A frame whose chunks are being checked: its results, in order, when they are done."""
+
+    def __init__(self, raws: Sequence[bytes]) -> None:
+        self.raws = raws
+        if len(raws) < PARALLEL_FROM:  # gossip-sized: at once, here
+            self._done: list[Event | EventRefused] | None = _verify_chunk([_unverified(raw) for raw in raws])
+            return
+        self._done = None
+        pool = _workers()
+        self._chunks: list[Future[list[Event | EventRefused]]] = [
+            pool.submit(_verify_chunk, [_unverified(raw) for raw in raws[start:start + CHUNK]])
+            for start in range(0, len(raws), CHUNK)
+        ]
+
+    @property
+    def checked(self) -> bool:
+        return self._done is not None
+
+    def results(self) -> list[Event | EventRefused]:
+        if self._done is None:
+            self._done = [item for future in self._chunks for item in future.result()]
+        return self._done
+
+
 def decode_frame(raws: Sequence[bytes]) -> list[Event | EventRefused]:
     """``decode_event`` over each raw event, in order: the event, or the refusal it earned."""
-    if len(raws) < PARALLEL_FROM:
-        return _verify_chunk([_unverified(raw) for raw in raws])
-    pool = _workers()
-    pending: list[Future[list[Event | EventRefused]]] = []
-    for start in range(0, len(raws), CHUNK):
-        pending.append(pool.submit(_verify_chunk, [_unverified(raw) for raw in raws[start:start + CHUNK]]))
-    return [item for future in pending for item in future.result()]
+    return _Submitted(raws).results()
 
 
-__all__ = ["decode_frame"]
+class FramePipeline:
+    """Frames in, decoded events out one frame later, each with its raw bytes, in the order
+    the frames came: ``push`` parses a frame and hands its signature checks to the workers,
+    then returns the frame before it, whose checks ran meanwhile; ``drain`` returns the last.
+    What comes out is exactly ``decode_frame`` of each frame in turn, whatever the timing."""
+
+    def __init__(self) -> None:
+        self._pending: _Submitted | None = None
+
+    def push(self, raws: Sequence[bytes]) -> Decoded:
+        submitted = _Submitted(raws)
+        ready = self.drain()
+        if submitted.checked and not ready:  # nothing waits before it: no lag needed
+            return list(zip(submitted.raws, submitted.results(), strict=True))
+        self._pending = submitted
+        return ready
+
+    def drain(self) -> Decoded:
+        """The frame still held, decoded (waiting for its checks); empty when none is."""
+        pending, self._pending = self._pending, None
+        return [] if pending is None else list(zip(pending.raws, pending.results(), strict=True))
+
+
+__all__ = ["FramePipeline", "decode_frame"]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from agents.core.admission import Gate
-from agents.core.canonical import canonical_bytes
+from agents.core.canonical import NotCanonicalError, canonical_bytes
 from agents.core.identity import verify
 
 if TYPE_CHECKING:
@@ -117,7 +117,11 @@ def read_status(raw: bytes, gate: Gate) -> Status:
         raise StatusError("schema: unknown version or activity")
     if record["cluster"] != gate.cluster:
         raise StatusError(f"cluster: for {record['cluster']!r}, not {gate.cluster!r}")
-    if raw != canonical_bytes(record):
+    try:
+        canonical = canonical_bytes(record)
+    except NotCanonicalError as exc:  # a lone surrogate escaped into a string: no bytes can say it
+        raise StatusError(f"canonical: {exc}") from None
+    if raw != canonical:
         raise StatusError("canonical: not the canonical encoding of its fields")
     text = record.pop("sig")
     try:

@@ -19,7 +19,7 @@ import hashlib
 import trio
 
 from agents.core.events import EventRefused
-from agents.decoding import decode_frame
+from agents.decoding import Decoded, FramePipeline
 from agents.net.base import FrameTooLarge, MeteredStream, PeerStream, StreamClosed
 from agents.syncproto import SyncProtocolError, SyncRefused, pull, serve_pull
 
@@ -94,15 +94,17 @@ class MemberSync:
             done.set()
 
     async def _pull(self, peer: str) -> int:
-        """One pull. Each events frame is verified and stored as it arrives (one frame held
-        at a time), and the tree is folded once at the end: a 100k-event catch-up is about a
-        hundred frames, and folding after each made it quadratic. The deadline counts from
+        """One pull. Each events frame is verified and stored as the next arrives (the
+        workers check one frame's signatures while this thread stores the one before: two
+        frames held at a time), and the tree is folded once at the end: a 100k-event
+        catch-up is about two hundred frames, and folding after each made it quadratic. The deadline counts from
         the last events frame that answered something asked (``syncproto.pull`` refuses one
         that answers nothing) or offer page, up to ``PULL_LIMIT`` in all."""
         started = trio.current_time()
         scope = trio.CancelScope(deadline=started + PULL_DEADLINE)
         added = 0
         whole = False
+        pipeline = FramePipeline()
 
         def moved() -> None:
             now = self._pulling[peer] = trio.current_time()
@@ -112,7 +114,7 @@ class MemberSync:
 
         def frame(raws: list[bytes]) -> None:
             nonlocal added
-            added += self._take_synced(raws)
+            added += self._take_synced(pipeline.push(raws))
             moved()
 
         try:
@@ -150,6 +152,7 @@ class MemberSync:
             # one-shot ending): what earlier frames stored is folded even then
             self.stats.sync_bytes_in += stream.received
             self.stats.sync_bytes_out += stream.sent
+            added += self._take_synced(pipeline.drain())
             if added:
                 self._refold()
             await stream.aclose()
@@ -165,10 +168,10 @@ class MemberSync:
                 self._trace(f"pulled {added} event(s) from {peer[-8:]}")
         return added
 
-    def _take_synced(self, raws: list[bytes]) -> int:
-        """Verify, screen and store one frame of synced events (folded by the caller)."""
+    def _take_synced(self, frame: Decoded) -> int:
+        """Screen and store one decoded frame of synced events (folded by the caller)."""
         events = []
-        for raw, decoded in zip(raws, decode_frame(raws), strict=True):
+        for raw, decoded in frame:
             if isinstance(decoded, EventRefused):
                 answer = self.intake.refuse_bytes(raw, decoded)  # the same bad bytes count once
             else:

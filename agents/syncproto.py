@@ -4,24 +4,36 @@ One conversation, opened by the member that wants to catch up (the *puller*)::
 
     puller -> server   {"type": "summary", "cluster": C, "ticket": T, "authors": {...}}
     server -> puller   {"type": "offer", "ticket": T, "summary": {...}, "authors": {...}, "more": M}
-    puller -> server   {"type": "need", "ids": [...]}          (at most BATCH ids)
-    server -> puller   {"type": "events", "events": [...], "rest": [...]}
+    puller -> server   {"type": "need", "ids": [...], "ranges": [[author, first, last], ...]}
+    server -> puller   {"type": "events", "events": [...], "rest": [...], "rest_ranges": [...]}
     ... need / events repeat until nothing of this offer is missing ...
     puller -> server   {"type": "next"}                        (only when M was true)
     server -> puller   {"type": "offer", "authors": {...}, "more": M}
     ... need / events, next / offer, until an offer says "more": false ...
     puller -> server   {"type": "done"}
 
-The server's offer is paged: each offer frame lists at most ``OFFER_PAGE`` ids (an
-author's list may go on in the next page), so what either side holds in one frame
-does not grow with the event set; a single offer of a million ids (67 MB) was over
-the frame limit, and a member that far behind could not catch up at all.
+An offer lists, per author, either the ids the server holds after a seq
+(``[after_seq, [ids]]``: a feed with gaps or forks) or, for a feed it holds as one
+gap-free, fork-free chain, the run itself (``[after_seq, through, head]``: the
+events at seqs after ``after_seq`` through ``through``, the last being ``head``).
+A puller holding ``head`` at ``through`` in its own gap-free prefix holds the run
+and asks nothing (the chain's hashes say so); otherwise it asks for the seqs,
+``[author, first, last]``. Catching up on a healthy cluster ships no ids at all:
+under 3.0.0 a joiner received and sent back 67 bytes an event in ids, and a member
+that was behind offered its whole feed to every peer ahead of it.
 
-``events`` carries the canonical bytes of each event as a JSON string, in the
-order asked, until the frame reaches ``EVENTS_BUDGET`` bytes; ``rest`` lists the
-asked ids left out for the budget (ids the server does not hold are simply
-absent), and the puller asks for them again. Each step has its own frame limit
-(``LIMITS``), so a peer can make us buffer at most that much at a time.
+The offer is paged: each offer frame lists at most ``OFFER_PAGE`` ids and runs (an
+author's ids may go on in the next page), so what either side holds in one frame
+does not grow with the event set. A need asks for at most ``BATCH`` events (ids
+and the seqs of its ranges together).
+
+``events`` carries the canonical bytes of each event as a JSON string, ids first
+in the order asked, then each range's events by seq, until the frame reaches
+``EVENTS_BUDGET`` bytes; ``rest`` lists the asked ids left out for the budget and
+``rest_ranges`` the seqs (ids and seqs the server does not hold are simply absent),
+and the puller asks for them again. What is left must be less than what was asked,
+so every pull ends. Each step has its own frame limit (``LIMITS``), so a peer can
+make us buffer at most that much at a time.
 
 Every member pulls from every peer it talks to, so both directions are covered
 without a push. Each side opens with its admission ticket (``T`` = ``{"peer",
@@ -37,20 +49,33 @@ expected and what came.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from agents.core.admission import Credentials, TicketError
-from agents.core.sync import AuthorOffer, AuthorSummary, EventIndex, Offer, Summary
+from agents.core.events import MAX_INT
+from agents.core.sync import (
+    AuthorOffer,
+    AuthorRange,
+    AuthorSummary,
+    EventIndex,
+    Need,
+    Offer,
+    SeqRange,
+    Summary,
+    split_ranges,
+)
 from agents.net.base import MAX_FRAME_BYTES, PeerStream, StreamClosed
 
-BATCH = 500
-OFFER_PAGE = 20_000  # ids in one offer frame (about 1.4 MB); the rest come on "next"
-PROTOCOL = "/swarm/sync/3.0.0"
+BATCH = 500  # events one need asks for: ids and the seqs of its ranges together
+OFFER_PAGE = 20_000  # ids and runs in one offer frame (about 1.4 MB); the rest come on "next"
+PROTOCOL = "/swarm/sync/4.0.0"
 EVENTS_BUDGET = 1024 * 1024  # a server stops adding events to a frame once it is this big
 # Frame limits per message type. An events frame is its budget plus one event (32 KiB,
-# at most doubled by escaping it into a JSON string) plus framing; a need is BATCH ids.
+# at most doubled by escaping it into a JSON string) plus framing; a need is BATCH ids or
+# ranges (67 and about 70 bytes each).
 LIMITS = {
     "summary": 1024 * 1024,  # read before the peer's ticket is checked: ~7,000 authors
     "offer": MAX_FRAME_BYTES,
@@ -83,7 +108,9 @@ def check_ticket(message: dict[str, Any], stream: PeerStream, me: Credentials) -
 
 
 def encode_message(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+    # orjson: an events frame is a megabyte of JSON held in JSON strings, and escaping it
+    # with Python's json was most of what serving a catch-up cost
+    return orjson.dumps(message)
 
 
 async def _receive(stream: PeerStream, expected: str | tuple[str, ...]) -> dict[str, Any]:
@@ -96,8 +123,8 @@ def decode_message(frame: bytes, expected: str | tuple[str, ...],
     """A frame as a JSON object of one of the ``expected`` types; ``error`` names what came instead."""
     wanted = (expected,) if isinstance(expected, str) else expected
     try:
-        message = json.loads(frame)
-    except (ValueError, RecursionError) as exc:  # ValueError: bad JSON, bad UTF-8, an int over 4,300 digits
+        message = orjson.loads(frame)
+    except ValueError as exc:  # bad JSON, bad UTF-8, a lone surrogate, nesting past 1,024 levels
         raise error(f"expected a JSON {'/'.join(wanted)} message, got undecodable bytes: {exc!r:.120}") from None
     if not isinstance(message, dict) or message.get("type") not in wanted:
         found = message.get("type") if isinstance(message, dict) else type(message).__name__
@@ -122,11 +149,19 @@ def _summary_from(data: Any) -> Summary:
 
 
 def _pages(offer: Offer | None) -> list[dict[str, list]]:
-    """The offer's ``authors`` entries, ``OFFER_PAGE`` ids a page at most (an author's ids may
-    go on in the next page, under the same ``after_seq``); always at least one page."""
+    """The offer's ``authors`` entries, ``OFFER_PAGE`` ids and runs a page at most (an
+    author's ids may go on in the next page, under the same ``after_seq``); always at least
+    one page."""
     pages: list[dict[str, list]] = [{}]
     room = OFFER_PAGE
     for author, entry in (offer.authors if offer else {}).items():
+        if isinstance(entry, AuthorRange):
+            if room == 0:
+                pages.append({})
+                room = OFFER_PAGE
+            pages[-1][author] = [entry.after_seq, entry.through, entry.head]
+            room -= 1
+            continue
         start = 0
         while True:
             if room == 0:
@@ -145,21 +180,94 @@ def _more(message: dict[str, Any], page: Offer) -> bool:
     more = message.get("more")
     if not isinstance(more, bool):
         raise SyncProtocolError(f"expected 'more' (true or false) in an offer, found {more!r:.40}")
-    if more and not any(entry.ids for entry in page.authors.values()):
-        raise SyncProtocolError("an offer page that says more follow lists no ids")
+    if more and not any(isinstance(entry, AuthorRange) or entry.ids for entry in page.authors.values()):
+        raise SyncProtocolError("an offer page that says more follow lists no ids and no run")
     return more
+
+
+def _seq(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= MAX_INT  # not a bool, not a float
 
 
 def _offer_from(data: Any) -> Offer:
     if not isinstance(data, dict):
         raise SyncProtocolError(f"expected an offer object, found {type(data).__name__}")
-    authors = {}
+    authors: dict[str, AuthorOffer | AuthorRange] = {}
     for author, entry in data.items():
-        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int)
+        if (isinstance(entry, list) and len(entry) == 2 and _seq(entry[0])
                 and isinstance(entry[1], list) and all(isinstance(i, str) for i in entry[1])):
-            raise SyncProtocolError(f"expected [after_seq, [ids]] for author {author[:12]}, found {entry!r:.80}")
-        authors[author] = AuthorOffer(entry[0], tuple(entry[1]))
+            authors[author] = AuthorOffer(entry[0], tuple(entry[1]))
+        elif (isinstance(entry, list) and len(entry) == 3 and _seq(entry[0]) and _seq(entry[1])
+              and entry[1] > entry[0] and isinstance(entry[2], str)):
+            authors[author] = AuthorRange(entry[0], entry[1], entry[2])
+        else:
+            raise SyncProtocolError(f"expected [after_seq, [ids]] or [after_seq, through, head] for author "
+                                    f"{author[:12]}, found {entry!r:.80}")
     return Offer(authors)
+
+
+def _ranges_from(data: Any, what: str) -> list[SeqRange]:
+    if not isinstance(data, list):
+        raise SyncProtocolError(f"expected a list of [author, first, last] in '{what}', found {type(data).__name__}")
+    ranges = []
+    for entry in data:
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str) and _seq(entry[1])
+                and _seq(entry[2]) and 1 <= entry[1] <= entry[2]):
+            raise SyncProtocolError(f"expected [author, first, last] with 1 <= first <= last in '{what}', "
+                                    f"found {entry!r:.80}")
+        ranges.append(SeqRange(entry[0], entry[1], entry[2]))
+    return ranges
+
+
+def _need_from(message: dict[str, Any]) -> Need:
+    ids = message.get("ids")
+    if not isinstance(ids, list):
+        raise SyncProtocolError(f"expected a list of ids in a need, found {type(ids).__name__}")
+    ranges = _ranges_from(message.get("ranges"), "ranges")
+    if len(ids) + sum(len(r) for r in ranges) > BATCH:
+        raise SyncProtocolError(f"a need asked for more than {BATCH} events (ids and the seqs of its ranges)")
+    return Need(tuple(ids), tuple(ranges))
+
+
+def _answer(index: EventIndex, need: Need) -> dict[str, Any]:
+    """The events frame for ``need``: ids first, then each range by seq, until the budget;
+    what is left out goes in ``rest`` (held ids) and ``rest_ranges``. A range cut between two
+    events at one seq (a fork) goes on after that seq: the siblings left out are offered by
+    id on the next pull (a forked feed is offered by id), and what is left is always less
+    than what was asked."""
+    events: list[str] = []
+    rest: list[str] = []
+    rest_ranges: list[list] = []
+    size = 0
+
+    def add(wire: bytes) -> None:
+        nonlocal size
+        events.append(wire.decode())
+        size += len(wire) + wire.count(b'"') + wire.count(b"\\") + 3  # escaped in the frame, plus '"",'
+
+    for position, event_id in enumerate(need.ids):
+        if size >= EVENTS_BUDGET:
+            rest = [i for i in need.ids[position:] if isinstance(i, str) and i in index]
+            break
+        if isinstance(event_id, str) and (event := index.get(event_id)) is not None:
+            add(event.to_wire())
+    for position, wanted in enumerate(need.ranges):
+        if size >= EVENTS_BUDGET:
+            rest_ranges.extend([r.author, r.first, r.last] for r in need.ranges[position:])
+            break
+        last_sent = 0
+        for event in index.in_range(wanted):
+            if size >= EVENTS_BUDGET:
+                if last_sent < wanted.last:
+                    rest_ranges.append([wanted.author, last_sent + 1, wanted.last])
+                rest_ranges.extend([r.author, r.first, r.last] for r in need.ranges[position + 1:])
+                break
+            add(event.to_wire())
+            last_sent = event.seq
+        else:
+            continue
+        break
+    return {"type": "events", "events": events, "rest": rest, "rest_ranges": rest_ranges}
 
 
 async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials,
@@ -192,23 +300,11 @@ async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials,
             on_need()  # a page answered is progress too
             await stream.send(encode_message({"type": "offer", "authors": pages[page], "more": page + 1 < len(pages)}))
             continue
-        ids = message.get("ids")
-        if not isinstance(ids, list) or len(ids) > BATCH:
-            raise SyncProtocolError(f"expected a list of at most {BATCH} ids, found {type(ids).__name__}")
-        events, rest, size = [], [], 0
-        for position, event_id in enumerate(ids):
-            if size >= EVENTS_BUDGET:
-                rest = [i for i in ids[position:] if isinstance(i, str) and i in index]
-                break
-            if isinstance(event_id, str) and (event := index.get(event_id)) is not None:
-                wire = event.to_wire()
-                events.append(wire.decode())
-                # its size inside the frame: quotes and backslashes gain an escape, plus '"",'
-                size += len(wire) + wire.count(b'"') + wire.count(b"\\") + 3
-        if events:  # a need for nothing we hold is no progress: it does not extend the deadline
+        answer = _answer(index, _need_from(message))
+        if answer["events"]:  # a need for nothing we hold is no progress: it does not extend the deadline
             on_need()
-        await stream.send(encode_message({"type": "events", "events": events, "rest": rest}))
-        sent += len(events)
+        await stream.send(encode_message(answer))
+        sent += len(answer["events"])
 
 
 async def _open_pull(stream: PeerStream, index: EventIndex, me: Credentials) -> tuple[dict[str, Any], Summary]:
@@ -258,22 +354,30 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
 
 async def _fetch(stream: PeerStream, page: Offer, index: EventIndex, known: Callable[[str], bool],
                  to: list[bytes] | Callable[[list[bytes]], None]) -> None:
-    """Ask for what one offer page lists and we lack; each events frame goes ``to``."""
-    wanted = [i for o in page.authors.values() for i in o.ids if i not in index and not known(i)]
-    while wanted:
-        asked, wanted = wanted[:BATCH], wanted[BATCH:]
-        await stream.send(encode_message({"type": "need", "ids": asked}))
+    """Ask for what one offer page lists and we lack (ids, and runs by seq); each events
+    frame goes ``to``."""
+    ids, ranges = index.wanted(page)
+    ids = [i for i in ids if not known(i)]
+    while ids or ranges:
+        asked, ids = ids[:BATCH], ids[BATCH:]
+        asked_ranges, ranges = split_ranges(ranges, BATCH - len(asked))
+        await stream.send(encode_message({"type": "need", "ids": asked,
+                                          "ranges": [[r.author, r.first, r.last] for r in asked_ranges]}))
         answer = await _receive(stream, "events")
         events, rest = answer.get("events"), answer.get("rest")
+        rest_ranges = _ranges_from(answer.get("rest_ranges"), "rest_ranges")
         if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
             raise SyncProtocolError("expected a list of event strings in an events message")
-        if (not isinstance(rest, list) or not all(isinstance(i, str) for i in rest)
-                or not set(rest) <= set(asked) or (rest and not events)):
-            raise SyncProtocolError("expected 'rest' to list asked ids left out after at least one event")
-        if rest and len(set(rest)) >= len(set(asked)):
-            # every asked id left for later: a frame that answers nothing would keep a pull
-            # (whose deadline counts from its last frame) going with no end
-            raise SyncProtocolError("an events frame answered none of the asked ids and left them all in 'rest'")
+        if not isinstance(rest, list) or not all(isinstance(i, str) for i in rest) or not set(rest) <= set(asked):
+            raise SyncProtocolError("expected 'rest' to list asked ids left out")
+        if not all(any(r.author == a.author and a.first <= r.first and r.last <= a.last for a in asked_ranges)
+                   for r in rest_ranges):
+            raise SyncProtocolError("expected 'rest_ranges' to lie inside the ranges asked")
+        left = len(set(rest)) + sum(len(r) for r in rest_ranges)
+        if left and (not events or left >= len(set(asked)) + sum(len(r) for r in asked_ranges)):
+            # a frame that answers nothing, or leaves as much as was asked for later, would
+            # keep a pull (whose deadline counts from its last frame) going with no end
+            raise SyncProtocolError("an events frame left for later as much as was asked, or sent nothing")
         try:
             frame = [e.encode() for e in events]
         except UnicodeEncodeError:
@@ -282,7 +386,8 @@ async def _fetch(stream: PeerStream, page: Offer, index: EventIndex, known: Call
             to.extend(frame)
         else:
             to(frame)
-        wanted = rest + wanted
+        ids = rest + ids
+        ranges = rest_ranges + ranges
 
 
 __all__ = [

@@ -7,10 +7,11 @@ none of them imports ``main`` back.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 
 def positive(value: str) -> int:
@@ -45,4 +46,6 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 def write_json(path: Path, record: dict[str, Any]) -> None:
-    write_atomically(path, (json.dumps(record, indent=2, ensure_ascii=False) + "\n").encode())
+    # orjson: a 100k-event plan's report took Python's indenting encoder two seconds
+    write_atomically(path, orjson.dumps(record, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
+                                        | orjson.OPT_APPEND_NEWLINE))

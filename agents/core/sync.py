@@ -10,13 +10,19 @@ One exchange, run by both sides at once (vocabulary after Automerge's sync):
    which our copy of the feed is gap-free and fork-free, and the id there) and
    a digest of *all* ids we hold of that author.
 2. On their summary, for each author whose digest differs from ours we send an
-   ``Offer``: the ids we hold of that author. Because feeds are hash chains, if
+   ``Offer``: what we hold of that author. Because feeds are hash chains, if
    we hold *their* prefix head (same id at the same seq), we share everything
    up to it and only offer what lies after; otherwise (a fork, or they hold
    nothing) we offer the author's whole feed. Forks therefore travel in full,
-   and both sides see the same proof of equivocation.
-3. On their offer: ``Need`` the ids we lack; and since we now know exactly what
-   they hold of those authors, we push the events they lack in ``Events``.
+   and both sides see the same proof of equivocation. When what we offer of an
+   author is one gap-free, fork-free run of its chain (nearly always), the offer
+   is that run (``AuthorRange``: after which seq, through which seq, ending at
+   which id) instead of its ids: a puller holding that head at that seq holds
+   the whole run and asks nothing; one that lacks it asks for the seqs. Ids
+   travel only for feeds with gaps or forks.
+3. On their offer: ``Need`` the ids and runs we lack; and since we now know
+   exactly what they hold of those authors, we push the events they lack in
+   ``Events``.
 4. On their need: ``Events`` with what they asked for.
 
 When both summaries match, nothing is sent. Every message is bounded by the
@@ -25,6 +31,7 @@ caller's batch size (offers are id lists and go whole); a driver repeats the exc
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
@@ -56,13 +63,38 @@ class AuthorOffer:
 
 
 @dataclass(frozen=True)
+class AuthorRange:
+    """We hold exactly this author's chain from ``after_seq`` + 1 through ``through``, ending
+    at ``head``, and nothing else of theirs after ``after_seq``: one gap-free, fork-free run,
+    offered without its ids. A puller holding ``head`` at ``through`` inside its own gap-free
+    prefix holds the whole run (the chain's hashes say so) and asks nothing."""
+
+    after_seq: int
+    through: int
+    head: str
+
+
+@dataclass(frozen=True)
 class Offer:
-    authors: dict[str, AuthorOffer]
+    authors: dict[str, AuthorOffer | AuthorRange]
+
+
+@dataclass(frozen=True)
+class SeqRange:
+    """An author's events at seqs ``first`` through ``last``: what a puller asks of a run."""
+
+    author: str
+    first: int
+    last: int
+
+    def __len__(self) -> int:
+        return self.last - self.first + 1
 
 
 @dataclass(frozen=True)
 class Need:
     ids: tuple[str, ...]
+    ranges: tuple[SeqRange, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,9 +111,11 @@ class EventIndex:
     def __init__(self, events: Iterable[Event] = ()) -> None:
         self._by_id: dict[str, Event] = {}
         self._by_author: dict[str, dict[str, Event]] = defaultdict(dict)
-        # Summary entries per author, dropped when that author's events change: members
-        # summarise on every pull and serve, while most authors are quiet most of the time.
+        # Summary entries and seq-ordered feeds per author, dropped when that author's events
+        # change: members summarise on every pull and serve, while most authors are quiet
+        # most of the time.
         self._summaries: dict[str, AuthorSummary] = {}
+        self._feeds: dict[str, list[Event]] = {}
         self.add_all(events)
 
     def add_all(self, events: Iterable[Event]) -> int:
@@ -91,6 +125,7 @@ class EventIndex:
                 self._by_id[event.id] = event
                 self._by_author[event.author][event.id] = event
                 self._summaries.pop(event.author, None)
+                self._feeds.pop(event.author, None)
                 added += 1
         return added
 
@@ -106,6 +141,37 @@ class EventIndex:
     def get(self, event_id: str) -> Event | None:
         return self._by_id.get(event_id)
 
+    def feed(self, author: str) -> list[Event]:
+        """The author's events we hold, by seq (and id, where a fork puts two at one seq)."""
+        cached = self._feeds.get(author)
+        if cached is None:
+            held = self._by_author.get(author, {})
+            cached = self._feeds[author] = sorted(held.values(), key=lambda e: (e.seq, e.id))
+        return cached
+
+    def in_range(self, wanted: SeqRange) -> list[Event]:
+        """The author's events we hold at seqs ``first`` through ``last``, by seq."""
+        feed = self.feed(wanted.author)
+        start = bisect.bisect_left(feed, wanted.first, key=lambda e: e.seq)
+        end = bisect.bisect_right(feed, wanted.last, key=lambda e: e.seq)
+        return feed[start:end]
+
+    def holds_run(self, author: str, run: AuthorRange) -> bool:
+        """Whether we hold the whole of ``run``: its head at its last seq, inside our own
+        gap-free, fork-free prefix of the author's chain (a hash chain: the same head at
+        the same seq means the same events before it)."""
+        head = self._by_id.get(run.head)
+        return (head is not None and head.author == author and head.seq == run.through
+                and self.summary_of(author).prefix_seq >= run.through)
+
+    def summary_of(self, author: str) -> AuthorSummary:
+        cached = self._summaries.get(author)
+        if cached is None:
+            seq, head = self._prefix(author)
+            digest = hashlib.sha256("".join(sorted(self._by_author[author])).encode()).hexdigest()
+            cached = self._summaries[author] = AuthorSummary(seq, head, digest)
+        return cached
+
     def _prefix(self, author: str) -> tuple[int, str | None]:
         by_seq: dict[int, list[Event]] = defaultdict(list)
         for event in self._by_author[author].values():
@@ -119,20 +185,12 @@ class EventIndex:
         return seq, head
 
     def summary(self) -> Summary:
-        authors = {}
-        for author, events in self._by_author.items():
-            cached = self._summaries.get(author)
-            if cached is None:
-                seq, head = self._prefix(author)
-                digest = hashlib.sha256("".join(sorted(events)).encode()).hexdigest()
-                cached = self._summaries[author] = AuthorSummary(seq, head, digest)
-            authors[author] = cached
-        return Summary(authors)
+        return Summary({author: self.summary_of(author) for author in self._by_author})
 
     def offer_for(self, theirs: Summary) -> Offer | None:
         """What we hold that their summary suggests they might lack, author by author."""
         ours = self.summary().authors
-        offered: dict[str, AuthorOffer] = {}
+        offered: dict[str, AuthorOffer | AuthorRange] = {}
         for author in sorted(ours):
             other = theirs.authors.get(author)
             if other is not None and other.ids_digest == ours[author].ids_digest:
@@ -143,8 +201,13 @@ class EventIndex:
             shared = (held is not None and held.author == author and other is not None
                       and held.seq == other.prefix_seq and ours[author].prefix_seq >= other.prefix_seq)
             after = held.seq if shared and held is not None else 0
-            mine = sorted(self._by_author[author].values(), key=lambda e: (e.seq, e.id))
-            offered[author] = AuthorOffer(after, tuple(e.id for e in mine if e.seq > after))
+            prefix = ours[author]
+            if prefix.prefix_id is not None and prefix.prefix_seq > after \
+                    and len(self._by_author[author]) == prefix.prefix_seq:
+                # all we hold of the author is its chain: the run after theirs, without ids
+                offered[author] = AuthorRange(after, prefix.prefix_seq, prefix.prefix_id)
+            else:
+                offered[author] = AuthorOffer(after, tuple(e.id for e in self.feed(author) if e.seq > after))
         return Offer(offered) if offered else None
 
     def answer_offer(self, offer: Offer, limit: int) -> tuple[Need | None, Events | None]:
@@ -152,14 +215,51 @@ class EventIndex:
 
         Both answers carry at most ``limit`` items; the next round continues where they stop.
         """
-        need = tuple(i for a in offer.authors.values() for i in a.ids if i not in self._by_id)
+        need, ranges = self.wanted(offer)
         push: list[Event] = []
         for author, theirs in sorted(offer.authors.items()):
-            known = set(theirs.ids)
-            mine = sorted(self._by_author.get(author, {}).values(), key=lambda e: (e.seq, e.id))
-            push.extend(e for e in mine if e.seq > theirs.after_seq and e.id not in known)
-        return (Need(need[:limit]) if need else None), (Events(tuple(push[:limit])) if push else None)
+            mine = [e for e in self.feed(author) if e.seq > theirs.after_seq]
+            if isinstance(theirs, AuthorOffer):
+                known = set(theirs.ids)
+                push.extend(e for e in mine if e.id not in known)
+            elif self.holds_run(author, theirs):  # they hold our chain through their head
+                chain = self._chain_ids(author, theirs.through)
+                push.extend(e for e in mine if e.id not in chain)
+            else:
+                push.extend(mine)
+        ranges, _ = split_ranges(ranges, limit - min(limit, len(need)))
+        answer = Need(tuple(need[:limit]), tuple(ranges)) if need or ranges else None
+        return answer, (Events(tuple(push[:limit])) if push else None)
+
+    def wanted(self, offer: Offer) -> tuple[list[str], list[SeqRange]]:
+        """What of ``offer`` we lack: the offered ids we do not hold, and the runs we do not
+        hold whole (asked for by seq, after the seq we share)."""
+        ids = [i for a in offer.authors.values() if isinstance(a, AuthorOffer) for i in a.ids if i not in self._by_id]
+        ranges = [SeqRange(author, a.after_seq + 1, a.through) for author, a in offer.authors.items()
+                  if isinstance(a, AuthorRange) and not self.holds_run(author, a)]
+        return ids, ranges
+
+    def _chain_ids(self, author: str, through: int) -> set[str]:
+        """The ids of our gap-free prefix of the author's chain up to seq ``through``."""
+        return {e.id for e in self.feed(author) if e.seq <= through and e.seq <= self.summary_of(author).prefix_seq}
 
     def answer_need(self, need: Need) -> Events | None:
-        found = tuple(e for i in need.ids if (e := self._by_id.get(i)) is not None)
-        return Events(found) if found else None
+        found = [e for i in need.ids if (e := self._by_id.get(i)) is not None]
+        for wanted in need.ranges:
+            found.extend(self.in_range(wanted))
+        return Events(tuple(found)) if found else None
+
+
+def split_ranges(ranges: list[SeqRange], room: int) -> tuple[list[SeqRange], list[SeqRange]]:
+    """The first ``room`` seqs of ``ranges`` (whole ranges, then part of the next), and the rest."""
+    taken: list[SeqRange] = []
+    for position, wanted in enumerate(ranges):
+        if room <= 0:
+            return taken, ranges[position:]
+        if len(wanted) > room:
+            cut = wanted.first + room
+            taken.append(SeqRange(wanted.author, wanted.first, cut - 1))
+            return taken, [SeqRange(wanted.author, cut, wanted.last), *ranges[position + 1:]]
+        taken.append(wanted)
+        room -= len(wanted)
+    return taken, []

@@ -7,7 +7,7 @@ the ``hostile`` step of a scenario. For ``--seconds`` it:
   for the root, votes, claims), garbage bytes, oversized payloads and re-signed
   events on the cluster's topic: members must refuse and count them, never store
   or relay them;
-* opens ``/swarm/sync/3.0.0`` streams to members and sends a length prefix of
+* opens ``/swarm/sync/4.0.0`` streams to members and sends a length prefix of
   2^32-1, then garbage frames, then a summary with a forged ticket: members
   must drop each without reading gigabytes or waiting;
 * opens many streams to each member at once, each announcing a frame just under

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 
 from agents.core.events import Event, EventRefused, decode_event
-from agents.decoding import PARALLEL_FROM, decode_frame
+from agents.decoding import PARALLEL_FROM, FramePipeline, decode_frame
 from tests.builders import Feed, goal
 
 
@@ -72,3 +72,26 @@ def test_no_event_field_can_hold_a_float_so_decoding_may_skip_the_float_scan() -
     types = leaves - values
     assert all(isinstance(v, (int, str)) and not isinstance(v, float) for v in values), values
     assert {t for t in types if not issubclass(t, BaseModel)} == {int, str, bool, type(None)}, types
+
+
+def test_a_pipeline_gives_each_frame_decoded_in_order_one_frame_later() -> None:
+    """Frames big enough for the workers come out one push later; a small frame with nothing
+    held before it comes out at once; what comes out, in all, is ``decode_frame`` of each."""
+    feed = Feed("writer", "client")
+    raws = [feed.at(1_000 + i, goal(f"Goal {i}", [feed.peer_id], 1)).to_wire() for i in range(3 * PARALLEL_FROM)]
+    raws[5] = b"not an event"
+    big, small, other_big = raws[:PARALLEL_FROM], raws[PARALLEL_FROM:PARALLEL_FROM + 3], raws[PARALLEL_FROM + 3:]
+    frames = [small, big, small, other_big, big]
+    pipeline = FramePipeline()
+    outs = [pipeline.push(frame) for frame in frames]
+    outs.append(pipeline.drain())
+    assert [len(out) for out in outs] == [3, 0, len(big), 3, len(other_big), len(big)]
+    assert pipeline.drain() == []
+    got = [(raw, _rule(item)) for out in outs for raw, item in out]
+    expected = [(raw, _rule(item)) for frame in frames for raw, item in zip(frame, decode_frame(frame), strict=True)]
+    assert got == expected
+    assert sum(item == "json" for _, item in got) == 2  # the spoilt event, in both pushes of ``big``
+
+
+def _rule(item: Event | EventRefused) -> Event | str:
+    return item.rule if isinstance(item, EventRefused) else item

@@ -71,6 +71,12 @@ def small_feed(name: str, count: int) -> list:
     return feed(name, count, lambda seq: f"answer {seq}")
 
 
+def forked_feed(name: str, count: int) -> list:
+    """A small feed and a second event at seq 1 by the same author: a fork, so its ids travel
+    (a clean chain is offered as a run, without ids)."""
+    return small_feed(name, count) + feed(name, 1, lambda seq: "the other branch")
+
+
 async def open_pull(near: Pipe, me) -> None:
     """A hand-driven puller's first frame: its summary of nothing."""
     await near.send(json.dumps({"type": "summary", "cluster": me.cluster, "ticket": me.ticket.wire(),
@@ -94,17 +100,27 @@ def test_events_frames_stay_within_their_budget_and_everything_still_arrives() -
     assert sorted(received) == sorted(e.to_wire() for e in events)
     frames = [json.loads(f) for f in server_end.sent]
     event_frames = [(f, raw) for f, raw in zip(frames, server_end.sent, strict=True) if f["type"] == "events"]
-    assert len(event_frames) > 3, "one need of 400 ids must be answered over several budgeted frames"
+    assert len(event_frames) > 3, "one need of 400 seqs must be answered over several budgeted frames"
     assert all(len(raw) <= LIMITS["events"] for _f, raw in event_frames)
     assert all(len(raw) <= EVENTS_BUDGET + 2 * 32 * 1024 + 1024 for _f, raw in event_frames)
-    assert any(f["rest"] for f, _raw in event_frames)
+    assert any(f["rest_ranges"] for f, _raw in event_frames)
 
 
+def test_the_same_budget_holds_for_ids_asked() -> None:
+    events = big_results(400) + feed("executor-big", 1, lambda seq: "a fork: ids travel")
+    received, server_end = trio.run(_converse, EventIndex(events), EventIndex())
+    assert sorted(received) == sorted(e.to_wire() for e in events)
+    event_frames = [f for f in map(json.loads, server_end.sent) if f["type"] == "events"]
+    assert len(event_frames) > 3 and any(f["rest"] for f in event_frames)
+    assert all(not f["rest_ranges"] for f in event_frames)
+
+
+@pytest.mark.parametrize("by_id", [True, False], ids=["ids", "a-run"])
 @pytest.mark.parametrize("padding", [0, 1], ids=["no-event", "one-event-not-asked"])
-def test_a_server_that_leaves_everything_for_later_is_a_protocol_error_not_a_loop(padding: int) -> None:
-    """A frame that leaves every asked id in ``rest`` answers nothing, with or without an event
-    beside them: the puller's deadline counts from its last frame, so such frames would keep a
-    pull going with no end."""
+def test_a_server_that_leaves_everything_for_later_is_a_protocol_error_not_a_loop(padding: int, by_id: bool) -> None:
+    """A frame that leaves every asked id or seq for later answers nothing, with or without an
+    event beside them: the puller's deadline counts from its last frame, so such frames would
+    keep a pull going with no end."""
     async def main() -> None:
         me, them = credentials("puller", "observer"), credentials("server", "scorer")
         near, far = pipes(me.identity.peer_id, them.identity.peer_id)
@@ -112,20 +128,18 @@ def test_a_server_that_leaves_everything_for_later_is_a_protocol_error_not_a_loo
 
         async def stubborn_server() -> None:
             await far.receive()
-            offer = server_index.offer_for(EventIndex().summary())
-            assert offer is not None
-            await far.send(json.dumps({
-                "type": "offer", "ticket": them.ticket.wire(), "summary": {},
-                "authors": {a: [o.after_seq, list(o.ids)] for a, o in offer.authors.items()},
-                "more": False,
-            }).encode())
+            held = server_index.events()
+            authors = {held[0].author: [0, [e.id for e in held]] if by_id else [0, 2, held[-1].id]}
+            await far.send(json.dumps({"type": "offer", "ticket": them.ticket.wire(), "summary": {},
+                                       "authors": authors, "more": False}).encode())
             need = json.loads(await far.receive())
             filler = [e.to_wire().decode() for e in big_results(3)[2:]][:padding]  # an event nobody asked for
-            await far.send(json.dumps({"type": "events", "events": filler, "rest": need["ids"]}).encode())
+            await far.send(json.dumps({"type": "events", "events": filler, "rest": need["ids"],
+                                       "rest_ranges": need["ranges"]}).encode())
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stubborn_server)
-            with pytest.raises(SyncProtocolError, match="rest"), trio.fail_after(10):  # a loop would hang here
+            with pytest.raises(SyncProtocolError, match="as much as was asked"), trio.fail_after(10):  # not a loop
                 await pull(near, EventIndex(), me)
 
     trio.run(main)
@@ -178,13 +192,14 @@ def test_an_oversized_need_is_refused_before_it_is_read() -> None:
     trio.run(main)
 
 
-@pytest.mark.parametrize(("second_feed", "pages"), [(5, [7, 7, 7, 1]), (4, [7, 7, 7])])
+@pytest.mark.parametrize(("second_feed", "pages"), [(3, [7, 7, 7, 1]), (2, [7, 7, 7])])
 def test_an_offer_larger_than_a_page_comes_in_pages_and_everything_arrives(monkeypatch, second_feed, pages) -> None:
     """Offers are paged (``OFFER_PAGE`` ids a frame, an author's list going on in the next
     page), so no frame grows with the event set: one offer of a million ids was over the
-    frame limit, and a member that far behind could never catch up."""
+    frame limit, and a member that far behind could never catch up. (Forked feeds: their
+    ids travel.)"""
     monkeypatch.setattr(syncproto, "OFFER_PAGE", 7)
-    events = small_feed("executor-a", 17) + small_feed("executor-b", second_feed)
+    events = forked_feed("executor-a", 17) + forked_feed("executor-b", second_feed)
     already = events[3:9]  # held already: offered, never asked for
     received, server_end = trio.run(_converse, EventIndex(events), EventIndex(already))
     assert sorted(received) == sorted(e.to_wire() for e in events if e not in already)
@@ -199,7 +214,7 @@ def test_offer_pages_with_nothing_to_fetch_are_progress_too(monkeypatch) -> None
     each page (its deadline counts from the last one): a long run of such pages must not
     look like a stalled pull."""
     monkeypatch.setattr(syncproto, "OFFER_PAGE", 7)
-    events = small_feed("executor-a", 22)
+    events = forked_feed("executor-a", 22)  # 23 ids: seq 1 twice, then 2 to 22
     pages_told: list[int] = []
 
     async def main() -> list[bytes]:
@@ -207,11 +222,12 @@ def test_offer_pages_with_nothing_to_fetch_are_progress_too(monkeypatch) -> None
         near, far = pipes(me.identity.peer_id, them.identity.peer_id)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(serve_pull, far, EventIndex(events), them)
-            received, _summary = await pull(near, EventIndex(events[2:]), me, on_page=lambda: pages_told.append(1))
+            received, _summary = await pull(near, EventIndex(events[2:22]), me, on_page=lambda: pages_told.append(1))
         return received
 
     received = trio.run(main)
-    assert sorted(received) == sorted(e.to_wire() for e in events[:2])  # the first page's two
+    missing = events[:2] + events[22:]  # seq 1 (both branches) and 2: all on the first page
+    assert sorted(received) == sorted(e.to_wire() for e in missing)
     assert len(pages_told) == 3  # pages 2, 3 and 4, each with nothing to fetch
 
 
@@ -253,7 +269,7 @@ def test_a_next_after_the_last_page_is_a_protocol_error() -> None:
     trio.run(main)
 
 
-@pytest.mark.parametrize(("flag", "refusal"), [({}, "'more'"), ({"more": True}, "lists no ids")],
+@pytest.mark.parametrize(("flag", "refusal"), [({}, "'more'"), ({"more": True}, "lists no ids and no run")],
                          ids=["without-its-more-flag", "more-follow-but-no-ids"])
 def test_an_offer_page_that_breaks_the_rules_is_refused_before_anything_is_asked(flag, refusal) -> None:
     """An offer must say whether more follow, and one that says so must list ids: an endless
@@ -272,5 +288,107 @@ def test_an_offer_page_that_breaks_the_rules_is_refused_before_anything_is_asked
             with pytest.raises(SyncProtocolError, match=refusal), trio.fail_after(10):  # not a wait for more
                 await pull(near, EventIndex(), me)
         assert [json.loads(f)["type"] for f in near.sent] == ["summary"]
+
+    trio.run(main)
+
+
+def _frames(pipe: Pipe, kind: str) -> list[dict]:
+    return [f for f in map(json.loads, pipe.sent) if f["type"] == kind]
+
+
+def test_a_clean_feed_travels_as_a_run_asked_for_by_seq_without_ids() -> None:
+    events = small_feed("executor-a", 30)
+    me, them = credentials("puller", "observer"), credentials("server", "scorer")
+    near, far = pipes(me.identity.peer_id, them.identity.peer_id)
+
+    async def main() -> list[bytes]:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_pull, far, EventIndex(events), them)
+            received, _summary = await pull(near, EventIndex(events[:12]), me)
+        return received
+
+    received = trio.run(main)
+    assert sorted(received) == sorted(e.to_wire() for e in events[12:])
+    assert _frames(far, "offer")[0]["authors"] == {events[0].author: [12, 30, events[-1].id]}
+    assert [(f["ids"], f["ranges"]) for f in _frames(near, "need")] == [([], [[events[0].author, 13, 30]])]
+
+
+def test_a_member_behind_offers_the_run_it_holds_and_its_peer_ahead_asks_nothing() -> None:
+    """Under 3.0.0 a member behind (a joiner halfway) offered its whole copy of each feed, by
+    id, to every peer ahead of it on every pull: 666 MB served by a joiner of a million events."""
+    events = small_feed("executor-a", 30)
+    me, them = credentials("puller", "observer"), credentials("server", "scorer")
+    near, far = pipes(me.identity.peer_id, them.identity.peer_id)
+
+    async def main() -> list[bytes]:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_pull, far, EventIndex(events[:10]), them)
+            received, _summary = await pull(near, EventIndex(events), me)
+        return received
+
+    assert trio.run(main) == []
+    assert _frames(far, "offer")[0]["authors"] == {events[0].author: [0, 10, events[9].id]}
+    assert [json.loads(f)["type"] for f in near.sent] == ["summary", "done"]
+
+
+def test_a_puller_holding_another_branch_gets_the_servers_run_whole_and_sees_the_fork() -> None:
+    ours, theirs = feed("executor-a", 6, lambda seq: f"branch one {seq}"), small_feed("executor-a", 6)
+    me, them = credentials("puller", "observer"), credentials("server", "scorer")
+    near, far = pipes(me.identity.peer_id, them.identity.peer_id)
+
+    async def main() -> list[bytes]:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_pull, far, EventIndex(theirs), them)
+            received, _summary = await pull(near, EventIndex(ours), me)
+        return received
+
+    assert sorted(trio.run(main)) == sorted(e.to_wire() for e in theirs)
+    assert [f["ranges"] for f in _frames(near, "need")] == [[[theirs[0].author, 1, 6]]]
+
+
+def test_rest_ranges_outside_what_was_asked_are_a_protocol_error() -> None:
+    events = small_feed("executor-a", 5)
+    me, them = credentials("puller", "observer"), credentials("server", "scorer")
+    near, far = pipes(me.identity.peer_id, them.identity.peer_id)
+
+    async def lying_server() -> None:
+        await far.receive()
+        await far.send(json.dumps({"type": "offer", "ticket": them.ticket.wire(), "summary": {},
+                                   "authors": {events[0].author: [0, 5, events[-1].id]}, "more": False}).encode())
+        await far.receive()
+        await far.send(json.dumps({"type": "events", "events": [events[0].to_wire().decode()], "rest": [],
+                                   "rest_ranges": [[events[0].author, 2, 9]]}).encode())
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lying_server)
+            with pytest.raises(SyncProtocolError, match="inside the ranges asked"), trio.fail_after(10):
+                await pull(near, EventIndex(), me)
+
+    trio.run(main)
+
+
+@pytest.mark.parametrize(("need", "refusal"), [
+    ({"ids": [], "ranges": [["x", 1, 501]]}, "more than 500"),
+    ({"ids": ["ab" * 32] * 400, "ranges": [["x", 1, 101]]}, "more than 500"),
+    ({"ids": [], "ranges": [["x", 5, 4]]}, "first <= last"),
+    ({"ids": [], "ranges": [["x", 0, 4]]}, "first <= last"),
+    ({"ids": [], "ranges": [["x", True, 4]]}, "first <= last"),
+    ({"ids": []}, "'ranges'"),
+], ids=["too-many-seqs", "ids-and-seqs-over-the-batch", "backwards", "seq-zero", "a-bool", "no-ranges"])
+def test_a_need_that_breaks_the_rules_is_refused(need: dict, refusal: str) -> None:
+    me, them = credentials("puller", "observer"), credentials("server", "scorer")
+    near, far = pipes(me.identity.peer_id, them.identity.peer_id)
+
+    async def rude_puller() -> None:
+        await open_pull(near, me)
+        await near.receive()
+        await near.send(json.dumps({"type": "need", **need}).encode())
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(rude_puller)
+            with pytest.raises(SyncProtocolError, match=refusal):
+                await serve_pull(far, EventIndex(small_feed("executor-a", 3)), them)
 
     trio.run(main)

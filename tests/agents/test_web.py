@@ -78,10 +78,11 @@ def test_a_status_is_believed_only_from_an_admitted_peer_about_itself(tmp_path) 
     other_cluster = sign_status(creds, dict(_status_record(creds, wall[0]), cluster="elsewhere"))
     recorded = sign_status(creds, _status_record(creds, wall[0] - 120_000))
     spaced = json.dumps(json.loads(sign_status(creds, _status_record(creds, wall[0] + 1000)))).encode()
-    for bad in (forged, sybil_raw, other_cluster, recorded, spaced, b"x" * 5000, b"{not json", b"[]"):
+    surrogate = sign_status(creds, _status_record(creds, wall[0] + 3000)).replace(b'"about":""', b'"about":"\\ud800"')
+    for bad in (forged, sybil_raw, other_cluster, recorded, spaced, surrogate, b"x" * 5000, b"{not json", b"[]"):
         assert not board.screen(bad)
     assert board.refused == {"replay": 1, "rate": 1, "signature": 1, "ticket": 1, "cluster": 1, "stale": 1,
-                             "canonical": 1, "size": 1, "json": 1, "schema": 1}
+                             "canonical": 2, "size": 1, "json": 1, "schema": 1}
 
     never = Identity.generate().peer_id
     rows = {r["peer"]: r for r in board.members({never: "executor"})}

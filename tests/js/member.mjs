@@ -27,7 +27,7 @@ import { pushable } from 'it-pushable'
 import { decodeEvent, Identity, Refused, sha256Hex, signEvent, ticketAdmits } from './protocol.mjs'
 import { fold } from './fold.mjs'
 
-const SYNC = '/swarm/sync/3.0.0'
+const SYNC = '/swarm/sync/4.0.0'
 const LIMITS = { summary: 16 << 20, offer: 16 << 20, need: 64 << 10, next: 64 << 10, done: 64 << 10, events: 2 << 20 }
 const EVENTS_BUDGET = 1 << 20
 const BATCH = 500
@@ -35,7 +35,7 @@ const DEADLINE_MS = 10_000
 const SYNC_INTERVAL_MS = 3_000
 
 const config = JSON.parse(readFileSync(process.argv[2], 'utf8'))
-const OFFER_PAGE = config.offerPage || 20000 // ids in one offer frame; the rest come on 'next'
+const OFFER_PAGE = config.offerPage || 20000 // ids and runs in one offer frame; the rest come on 'next'
 const me = new Identity(Buffer.from(config.seed, 'hex'))
 const topic = `swarm/${config.cluster}/events`
 const myTicket = { peer: me.peerId, role: config.role, sig: config.ticket }
@@ -120,17 +120,97 @@ function offerFor (theirs) {
     const held = other && other[1] ? events.get(other[1]) : undefined
     const shared = held && held.author === author && held.seq === other[0] && ours[author][0] >= other[0]
     const after = shared ? held.seq : 0
-    const mine = byAuthor.get(author).filter((e) => e.seq > after)
-      .sort((a, b) => a.seq - b.seq || (a.id < b.id ? -1 : 1))
-    offered[author] = [after, mine.map((e) => e.id)]
+    const [prefixSeq, prefixId] = ours[author]
+    if (prefixId !== null && prefixSeq > after && byAuthor.get(author).length === prefixSeq) {
+      offered[author] = [after, prefixSeq, prefixId] // all we hold of it is its chain: the run, no ids
+      continue
+    }
+    offered[author] = [after, feedOf(byAuthor.get(author)).filter((e) => e.seq > after).map((e) => e.id)]
   }
   return { ours, offered }
 }
 
-function pagesOf (offered) { // OFFER_PAGE ids a page at most; an author's list may go on in the next
+function feedOf (mine) { return [...mine].sort((a, b) => a.seq - b.seq || (a.id < b.id ? -1 : 1)) }
+
+function holdsRun (author, [, through, head], ours) { // its head at its last seq, inside our gap-free prefix
+  const event = events.get(head)
+  return event !== undefined && event.author === author && event.seq === through && (ours[author] || [0])[0] >= through
+}
+
+const isSeq = (n) => Number.isSafeInteger(n) && n >= 0
+
+function checkRanges (ranges, what) {
+  if (!Array.isArray(ranges) || !ranges.every((r) => Array.isArray(r) && r.length === 3 && typeof r[0] === 'string' &&
+      isSeq(r[1]) && isSeq(r[2]) && r[1] >= 1 && r[1] <= r[2])) {
+    throw new Error(`expected [author, first, last] with 1 <= first <= last in '${what}'`)
+  }
+  return ranges
+}
+
+const seqsOf = (ranges) => ranges.reduce((n, [, first, last]) => n + last - first + 1, 0)
+
+function splitRanges (ranges, room) { // the first room seqs (whole ranges, then part of the next), and the rest
+  const taken = []
+  for (let i = 0; i < ranges.length; i++) {
+    const [author, first, last] = ranges[i]
+    if (room <= 0) return [taken, ranges.slice(i)]
+    if (last - first + 1 > room) {
+      taken.push([author, first, first + room - 1])
+      return [taken, [[author, first + room, last], ...ranges.slice(i + 1)]]
+    }
+    taken.push(ranges[i])
+    room -= last - first + 1
+  }
+  return [taken, []]
+}
+
+function answerNeed (message) { // ids first, then each range by seq, until the budget
+  if (!Array.isArray(message.ids)) throw new Error('expected a list of ids in a need')
+  const ranges = checkRanges(message.ranges, 'ranges')
+  if (message.ids.length + seqsOf(ranges) > BATCH) throw new Error(`a need asked for more than ${BATCH} events`)
+  const out = []
+  const rest = []
+  const restRanges = []
+  let size = 0
+  const add = (wire) => {
+    const text = wire.toString('utf8')
+    out.push(text)
+    size += Buffer.byteLength(JSON.stringify(text)) + 1 // its bytes inside the frame
+  }
+  for (let i = 0; i < message.ids.length; i++) {
+    if (size >= EVENTS_BUDGET) { rest.push(...message.ids.slice(i).filter((id) => wires.has(id))); break }
+    const wire = wires.get(message.ids[i])
+    if (wire) add(wire)
+  }
+  const byAuthor = summary().byAuthor
+  outer: for (let i = 0; i < ranges.length; i++) {
+    const [author, first, last] = ranges[i]
+    if (size >= EVENTS_BUDGET) { restRanges.push(...ranges.slice(i)); break }
+    let lastSent = 0
+    for (const e of feedOf(byAuthor.get(author) || []).filter((e) => e.seq >= first && e.seq <= last)) {
+      if (size >= EVENTS_BUDGET) { // a cut inside a fork's seq goes on after it: the siblings come by id next pull
+        if (lastSent < last) restRanges.push([author, lastSent + 1, last])
+        restRanges.push(...ranges.slice(i + 1))
+        break outer
+      }
+      add(wires.get(e.id))
+      lastSent = e.seq
+    }
+  }
+  return { type: 'events', events: out, rest, rest_ranges: restRanges }
+}
+
+function pagesOf (offered) { // OFFER_PAGE ids and runs a page at most; an author's ids may go on in the next
   const pages = [{}]
   let room = OFFER_PAGE
-  for (const [author, [after, ids]] of Object.entries(offered)) {
+  for (const [author, entry] of Object.entries(offered)) {
+    if (entry.length === 3) { // a run: one entry
+      if (room === 0) { pages.push({}); room = OFFER_PAGE }
+      pages[pages.length - 1][author] = entry
+      room -= 1
+      continue
+    }
+    const [after, ids] = entry
     let left = ids
     do {
       if (room === 0) { pages.push({}); room = OFFER_PAGE }
@@ -221,20 +301,9 @@ async function serve ({ stream, connection }) {
           frames.send({ type: 'offer', authors: pages[page], more: page + 1 < pages.length })
           continue
         }
-        const out = []
-        let rest = []
-        let size = 0
-        for (let i = 0; i < message.ids.length; i++) {
-          if (size >= EVENTS_BUDGET) { rest = message.ids.slice(i).filter((id) => wires.has(id)); break }
-          const wire = wires.get(message.ids[i])
-          if (wire) {
-            const text = wire.toString('utf8')
-            out.push(text)
-            size += Buffer.byteLength(JSON.stringify(text)) + 1 // its bytes inside the frame
-          }
-        }
-        frames.send({ type: 'events', events: out, rest })
-        sent += out.length
+        const answer = answerNeed(message)
+        frames.send(answer)
+        sent += answer.events.length
       }
       if (sent) say({ event: 'served', peer: remote, events: sent })
     })
@@ -261,7 +330,7 @@ async function pull (node, peer) {
       let got = 0
       for (;;) {
         if (typeof offer.more !== 'boolean') throw new Error("an offer without its 'more' flag")
-        if (offer.more && !Object.values(offer.authors).some(([, ids]) => ids.length)) throw new Error('an offer page that says more follow lists no ids')
+        if (offer.more && !Object.values(offer.authors).some((entry) => entry.length === 3 || entry[1].length)) throw new Error('an offer page that says more follow lists no ids and no run')
         got += await fetchPage(frames, offer)
         if (!offer.more) break
         frames.send({ type: 'next' })
@@ -277,18 +346,38 @@ async function pull (node, peer) {
   }
 }
 
-async function fetchPage (frames, offer) { // ask for what one offer page lists and we lack
-  let wanted = Object.values(offer.authors).flatMap(([, ids]) => ids).filter((id) => !events.has(id) && !held.has(id))
+async function fetchPage (frames, offer) { // ask for what one offer page lists and we lack: ids, and runs by seq
+  const ours = summary().out
+  let wanted = []
+  let ranges = []
+  for (const [author, entry] of Object.entries(offer.authors)) {
+    if (!Array.isArray(entry) || !isSeq(entry[0])) throw new Error(`a bad offer entry for ${author}`)
+    if (entry.length === 3 && isSeq(entry[1]) && entry[1] > entry[0] && typeof entry[2] === 'string') {
+      if (!holdsRun(author, entry, ours)) ranges.push([author, entry[0] + 1, entry[1]])
+    } else if (entry.length === 2 && Array.isArray(entry[1])) {
+      wanted.push(...entry[1].filter((id) => !events.has(id) && !held.has(id)))
+    } else throw new Error(`a bad offer entry for ${author}`)
+  }
   let got = 0
-  while (wanted.length) {
+  while (wanted.length || ranges.length) {
     const asked = wanted.slice(0, BATCH)
     wanted = wanted.slice(BATCH)
-    frames.send({ type: 'need', ids: asked })
+    let askedRanges
+    [askedRanges, ranges] = splitRanges(ranges, BATCH - asked.length)
+    frames.send({ type: 'need', ids: asked, ranges: askedRanges })
     const answer = await frames.receive('events')
-    if (answer.rest.length && !answer.events.length) throw new Error('events frame with nothing but rest')
-    if (answer.rest.length && new Set(answer.rest).size >= new Set(asked).size) throw new Error('events frame that answered none of the asked ids')
+    const restRanges = checkRanges(answer.rest_ranges, 'rest_ranges')
+    if (!answer.rest.every((id) => asked.includes(id))) throw new Error("'rest' lists an id not asked")
+    if (!restRanges.every(([a, f, l]) => askedRanges.some(([b, g, m]) => a === b && g <= f && l <= m))) {
+      throw new Error("'rest_ranges' outside the ranges asked")
+    }
+    const left = new Set(answer.rest).size + seqsOf(restRanges)
+    if (left && (!answer.events.length || left >= new Set(asked).size + seqsOf(askedRanges))) {
+      throw new Error('an events frame left for later as much as was asked, or sent nothing')
+    }
     for (const text of answer.events) if (intake(Buffer.from(text, 'utf8'))) got++
-    wanted = answer.rest.filter((id) => asked.includes(id)).concat(wanted)
+    wanted = answer.rest.concat(wanted)
+    ranges = restRanges.concat(ranges)
   }
   return got
 }
