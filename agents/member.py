@@ -36,6 +36,7 @@ from agents.core.intake import Admitted, Held, Intake, Refused
 from agents.core.sync import EventIndex
 from agents.core.transitions import Transition, changes
 from agents.core.tree import PlanTree
+from agents.heap import Settler, settled
 from agents.llm.base import Backend
 from agents.metrics import MemberMetrics, Snapshot
 from agents.net.base import Network
@@ -145,6 +146,8 @@ class Member(MemberSync):
                        if role != "observer" else None)
         self.me = Me(identity.peer_id, role, strategy)  # type: ignore[arg-type]
         self.index = EventIndex(store.events())
+        self._heap = Settler()
+        self._heap.held(len(self.index))
         self.stats = MemberStats(refused=store.counters().get("refused", 0))
         # Restart safety: the clock starts after every event held (not only our own), and the
         # member signs nothing until its own feed is whole (``agents.ownfeed``).
@@ -197,6 +200,7 @@ class Member(MemberSync):
             return 0
         if added:
             self.index.add_all(events)
+            self._heap.held(added)
             if refold:
                 self._refold()
         if via == "sync":
@@ -250,7 +254,8 @@ class Member(MemberSync):
             self._transitions_file = None
 
     def _refold(self) -> None:
-        tree = fold(self.index.events())
+        with settled():
+            tree = fold(self.index.events())
         for change in changes(self.tree, tree):
             self._show(change)
             if change.revokes:

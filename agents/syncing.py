@@ -155,6 +155,7 @@ class MemberSync:
             added += self._take_synced(pipeline.drain())
             if added:
                 self._refold()
+                moved()  # folding a million events takes a while: work, not a stalled pull
             await stream.aclose()
         if whole:
             self.stats.pulls_whole += 1

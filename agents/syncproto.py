@@ -49,6 +49,7 @@ expected and what came.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -70,6 +71,7 @@ from agents.core.sync import (
 from agents.net.base import MAX_FRAME_BYTES, PeerStream, StreamClosed
 
 BATCH = 500  # events one need asks for: ids and the seqs of its ranges together
+NEEDS_AHEAD = 2  # needs a puller has in flight: the server builds one frame while it takes another
 OFFER_PAGE = 20_000  # ids and runs in one offer frame (about 1.4 MB); the rest come on "next"
 PROTOCOL = "/swarm/sync/4.0.0"
 EVENTS_BUDGET = 1024 * 1024  # a server stops adding events to a frame once it is this big
@@ -251,22 +253,18 @@ def _answer(index: EventIndex, need: Need) -> dict[str, Any]:
             break
         if isinstance(event_id, str) and (event := index.get(event_id)) is not None:
             add(event.to_wire())
-    for position, wanted in enumerate(need.ranges):
-        if size >= EVENTS_BUDGET:
-            rest_ranges.extend([r.author, r.first, r.last] for r in need.ranges[position:])
-            break
+    for wanted in need.ranges:
+        if size >= EVENTS_BUDGET:  # every range after the cut is left whole
+            rest_ranges.append([wanted.author, wanted.first, wanted.last])
+            continue
         last_sent = 0
         for event in index.in_range(wanted):
             if size >= EVENTS_BUDGET:
                 if last_sent < wanted.last:
                     rest_ranges.append([wanted.author, last_sent + 1, wanted.last])
-                rest_ranges.extend([r.author, r.first, r.last] for r in need.ranges[position + 1:])
                 break
             add(event.to_wire())
             last_sent = event.seq
-        else:
-            continue
-        break
     return {"type": "events", "events": events, "rest": rest, "rest_ranges": rest_ranges}
 
 
@@ -355,39 +353,51 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
 async def _fetch(stream: PeerStream, page: Offer, index: EventIndex, known: Callable[[str], bool],
                  to: list[bytes] | Callable[[list[bytes]], None]) -> None:
     """Ask for what one offer page lists and we lack (ids, and runs by seq); each events
-    frame goes ``to``."""
+    frame goes ``to``. ``NEEDS_AHEAD`` needs are in flight at once, so the server builds the
+    next frame while we take this one (one at a time, each side waited on the other)."""
     ids, ranges = index.wanted(page)
     ids = [i for i in ids if not known(i)]
-    while ids or ranges:
-        asked, ids = ids[:BATCH], ids[BATCH:]
-        asked_ranges, ranges = split_ranges(ranges, BATCH - len(asked))
-        await stream.send(encode_message({"type": "need", "ids": asked,
-                                          "ranges": [[r.author, r.first, r.last] for r in asked_ranges]}))
-        answer = await _receive(stream, "events")
-        events, rest = answer.get("events"), answer.get("rest")
-        rest_ranges = _ranges_from(answer.get("rest_ranges"), "rest_ranges")
-        if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
-            raise SyncProtocolError("expected a list of event strings in an events message")
-        if not isinstance(rest, list) or not all(isinstance(i, str) for i in rest) or not set(rest) <= set(asked):
-            raise SyncProtocolError("expected 'rest' to list asked ids left out")
-        if not all(any(r.author == a.author and a.first <= r.first and r.last <= a.last for a in asked_ranges)
-                   for r in rest_ranges):
-            raise SyncProtocolError("expected 'rest_ranges' to lie inside the ranges asked")
-        left = len(set(rest)) + sum(len(r) for r in rest_ranges)
-        if left and (not events or left >= len(set(asked)) + sum(len(r) for r in asked_ranges)):
-            # a frame that answers nothing, or leaves as much as was asked for later, would
-            # keep a pull (whose deadline counts from its last frame) going with no end
-            raise SyncProtocolError("an events frame left for later as much as was asked, or sent nothing")
-        try:
-            frame = [e.encode() for e in events]
-        except UnicodeEncodeError:
-            raise SyncProtocolError("an event string holds a lone surrogate: no event's bytes can") from None
+    asked: deque[tuple[list[str], list[SeqRange]]] = deque()
+    while True:
+        while (ids or ranges) and len(asked) < NEEDS_AHEAD:
+            these, ids = ids[:BATCH], ids[BATCH:]
+            these_ranges, ranges = split_ranges(ranges, BATCH - len(these))
+            await stream.send(encode_message({"type": "need", "ids": these,
+                                              "ranges": [[r.author, r.first, r.last] for r in these_ranges]}))
+            asked.append((these, these_ranges))
+        if not asked:
+            return
+        these, these_ranges = asked.popleft()
+        frame, rest, rest_ranges = _checked_answer(await _receive(stream, "events"), these, these_ranges)
         if isinstance(to, list):
             to.extend(frame)
         else:
             to(frame)
         ids = rest + ids
         ranges = rest_ranges + ranges
+
+
+def _checked_answer(answer: dict[str, Any], asked: list[str],
+                    asked_ranges: list[SeqRange]) -> tuple[list[bytes], list[str], list[SeqRange]]:
+    """An events frame's events, and what it left for later, once it keeps the rules."""
+    events, rest = answer.get("events"), answer.get("rest")
+    rest_ranges = _ranges_from(answer.get("rest_ranges"), "rest_ranges")
+    if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
+        raise SyncProtocolError("expected a list of event strings in an events message")
+    if not isinstance(rest, list) or not all(isinstance(i, str) for i in rest) or not set(rest) <= set(asked):
+        raise SyncProtocolError("expected 'rest' to list asked ids left out")
+    if not all(any(r.author == a.author and a.first <= r.first and r.last <= a.last for a in asked_ranges)
+               for r in rest_ranges):
+        raise SyncProtocolError("expected 'rest_ranges' to lie inside the ranges asked")
+    left = len(set(rest)) + sum(len(r) for r in rest_ranges)
+    if left and (not events or left >= len(set(asked)) + sum(len(r) for r in asked_ranges)):
+        # a frame that answers nothing, or leaves as much as was asked for later, would
+        # keep a pull (whose deadline counts from its last frame) going with no end
+        raise SyncProtocolError("an events frame left for later as much as was asked, or sent nothing")
+    try:
+        return [e.encode() for e in events], rest, rest_ranges
+    except UnicodeEncodeError:
+        raise SyncProtocolError("an event string holds a lone surrogate: no event's bytes can") from None
 
 
 __all__ = [

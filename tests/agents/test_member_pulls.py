@@ -315,3 +315,40 @@ def test_a_pull_cut_mid_way_keeps_and_folds_what_it_received(tmp_path: Path) -> 
     outcome = _slow_holder(tmp_path, 3000, delay=1.0, frames=2)
     assert outcome["timeouts"], outcome
     assert outcome["stored"] == outcome["goals"] == 1000, outcome
+
+
+def test_a_fold_longer_than_every_deadline_is_work_not_a_stalled_pull(tmp_path: Path, monkeypatch) -> None:
+    """Folding what a big pull brought takes a while (over 40 s for a million events here).
+    The one-shot round waiting on that pull (``swarm observe``) was cut short at its deadline
+    as the pull closed its stream after the fold, and observe said no pull had run to its end."""
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    folding = Member._refold
+
+    def slow_refold(self: Member) -> None:
+        folding(self)
+        clock.jump(3 * WEDGED_AFTER)  # the fold's time, as the member's clock sees it
+
+    monkeypatch.setattr(Member, "_refold", slow_refold)
+    holder_id = identity("holder").peer_id
+    feed = Feed("holder", "client")
+    held = EventIndex([feed.at(EPOCH_MS - 60_000 + i, goal(f"Goal number {i}", [holder_id], 1)) for i in range(600)])
+    outcome: dict[str, int] = {}
+
+    async def serve(stream: PeerStream) -> None:
+        await serve_pull(stream, held, credentials("holder", "client"))
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            fabric = SimFabric(random.Random(0), nursery)
+            fabric.weather.loss = 1.0  # only pulls carry events
+            network = SimNetwork(fabric, identity("watcher").peer_id)
+            watcher, holder = await _watcher_and_holder(nursery, tmp_path, network, holder_id, serve)
+            fabric.bring_up(network)
+            fabric.bring_up(holder)
+            await watcher.sync_all()
+            outcome.update(stored=len(watcher.index), whole=watcher.stats.pulls_whole,
+                           timeouts=watcher.stats.sync_timeouts)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=clock)
+    assert outcome["stored"] == 600 and outcome["whole"] >= 1 and outcome["timeouts"] == 0, outcome

@@ -10,7 +10,7 @@ import trio
 from agents import syncproto
 from agents.core.clock import Timestamp
 from agents.core.events import ResultBody, sign_event
-from agents.core.sync import EventIndex
+from agents.core.sync import EventIndex, Need, SeqRange
 from agents.net.base import FrameTooLarge, StreamClosed
 from agents.net.streams import Libp2pStream
 from agents.syncproto import EVENTS_BUDGET, LIMITS, SyncProtocolError, pull, serve_pull
@@ -392,3 +392,25 @@ def test_a_need_that_breaks_the_rules_is_refused(need: dict, refusal: str) -> No
                 await serve_pull(far, EventIndex(small_feed("executor-a", 3)), them)
 
     trio.run(main)
+
+
+def test_a_cut_inside_a_range_leaves_the_rest_of_it_and_every_later_range_whole(monkeypatch) -> None:
+    """The answer to a need of two ranges, cut by the budget inside the first: what is left
+    starts after the last seq sent, and the second range is left whole; a cut between two
+    events at one seq (a fork) goes on after that seq, so what is left is less than asked."""
+    a, b = small_feed("executor-a", 6), small_feed("executor-b", 4)
+    fork = feed("executor-a", 1, lambda seq: "the other branch")[0]  # a second event at seq 1
+    event_size = len(a[1].to_wire()) + a[1].to_wire().count(b"\"") + 3  # seq 1 has no prev: shorter
+    monkeypatch.setattr(syncproto, "EVENTS_BUDGET", 2 * event_size + 1)  # room for three events
+    index = EventIndex(a + b)
+    need = Need((), (SeqRange(a[0].author, 2, 6), SeqRange(b[0].author, 1, 4)))
+    answer = syncproto._answer(index, need)
+    assert answer["events"] == [e.to_wire().decode() for e in a[1:4]]
+    assert answer["rest_ranges"] == [[a[0].author, 5, 6], [b[0].author, 1, 4]] and answer["rest"] == []
+
+    index.add_all([fork])
+    at_one = sorted([a[0], fork], key=lambda e: e.id)
+    monkeypatch.setattr(syncproto, "EVENTS_BUDGET", 1)  # one event, then the cut
+    answer = syncproto._answer(index, Need((), (SeqRange(a[0].author, 1, 6),)))
+    assert answer["events"] == [at_one[0].to_wire().decode()]
+    assert answer["rest_ranges"] == [[a[0].author, 2, 6]]  # its sibling comes by id on the next pull

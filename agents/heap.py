@@ -1,0 +1,54 @@
+"""The cyclic garbage collector and a member's event set.
+
+A member holds every event it stores for as long as it runs, each as some twenty small
+objects (the event, its body, their dicts, strings and tuples). The collector walks every
+object it tracks on each full collection, and a full collection comes each time the heap
+has grown by a quarter since the last: a catch-up of 100k events spent 2.8 of its 15.5 s
+collecting (14 full collections), and one of a million spent far more. Events hold no
+reference cycles, so the collector could never free them anyway.
+
+``Settler.held`` counts the events a member has come to hold and, every ``SETTLE_EVERY``
+of them, runs a young collection (so that little cyclic garbage is kept with them) and
+moves everything the collector tracks into its permanent generation (``gc.freeze``),
+which full collections skip. A member at a plan's usual size (a few thousand events)
+never settles after its start.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+SETTLE_EVERY = 10_000  # events held since the last settle that make the next
+
+
+class Settler:
+    def __init__(self) -> None:
+        self._since = 0
+
+    def held(self, events: int) -> bool:
+        """``events`` more are held for good; True when that settled the heap."""
+        self._since += events
+        if self._since < SETTLE_EVERY:
+            return False
+        self._since = 0
+        gc.collect(1)
+        gc.freeze()
+        return True
+
+
+@contextmanager
+def settled() -> Iterator[None]:
+    """No automatic collection inside: for a fold, which makes a tree's worth of objects and
+    no cycles, so each collection it set off walked them for nothing."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+__all__ = ["SETTLE_EVERY", "Settler", "settled"]
