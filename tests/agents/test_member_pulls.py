@@ -227,6 +227,18 @@ class SlowFrames:
         return await self._stream.receive(limit)
 
 
+async def _watching(nursery: trio.Nursery, tmp_path: Path, holder_id: str, serve, network_type) -> Member:
+    """A watcher and a holder that answers its pulls with ``serve``, both up, on a fabric that
+    loses every gossip message (only pulls carry events)."""
+    fabric = SimFabric(random.Random(0), nursery)
+    fabric.weather.loss = 1.0
+    network = network_type(fabric, identity("watcher").peer_id)
+    watcher, holder = await _watcher_and_holder(nursery, tmp_path, network, holder_id, serve)
+    fabric.bring_up(network)
+    fabric.bring_up(holder)
+    return watcher
+
+
 def _slow_holder(tmp_path: Path, events: int, delay: float, during=None, frames: int | None = None) -> dict[str, object]:
     """A watcher catches up from one holder of ``events`` goals whose frames each take ``delay``;
     ``during(watcher)`` runs once the first pull is under way."""
@@ -253,12 +265,7 @@ def _slow_holder(tmp_path: Path, events: int, delay: float, during=None, frames:
     async def main() -> None:
         SlowFrames.running = SlowFrames.most = 0
         async with trio.open_nursery() as nursery:
-            fabric = SimFabric(random.Random(0), nursery)
-            fabric.weather.loss = 1.0  # only pulls carry events
-            network = CountingNetwork(fabric, identity("watcher").peer_id)
-            watcher, holder = await _watcher_and_holder(nursery, tmp_path, network, holder_id, serve)
-            fabric.bring_up(network)
-            fabric.bring_up(holder)
+            watcher = await _watching(nursery, tmp_path, holder_id, serve, CountingNetwork)
             started = trio.current_time()
             if during is not None:
                 await trio.sleep(1)
@@ -339,12 +346,7 @@ def test_a_fold_longer_than_every_deadline_is_work_not_a_stalled_pull(tmp_path: 
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            fabric = SimFabric(random.Random(0), nursery)
-            fabric.weather.loss = 1.0  # only pulls carry events
-            network = SimNetwork(fabric, identity("watcher").peer_id)
-            watcher, holder = await _watcher_and_holder(nursery, tmp_path, network, holder_id, serve)
-            fabric.bring_up(network)
-            fabric.bring_up(holder)
+            watcher = await _watching(nursery, tmp_path, holder_id, serve, SimNetwork)
             await watcher.sync_all()
             outcome.update(stored=len(watcher.index), whole=watcher.stats.pulls_whole,
                            timeouts=watcher.stats.sync_timeouts)
