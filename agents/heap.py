@@ -8,10 +8,13 @@ collecting (14 full collections), and one of a million spent far more. Events ho
 reference cycles, so the collector could never free them anyway.
 
 ``Settler.held`` counts the events a member has come to hold and, every ``SETTLE_EVERY``
-of them, runs a young collection (so that little cyclic garbage is kept with them) and
-moves everything the collector tracks into its permanent generation (``gc.freeze``),
-which full collections skip. A member at a plan's usual size (a few thousand events)
-never settles after its start.
+of them, runs a full collection (of what is not settled yet: no cyclic garbage is kept)
+and moves everything the collector tracks into its permanent generation (``gc.freeze``),
+which later collections skip. The price: an object alive at a settle that later dies in a
+reference cycle (a task, a connection) is never freed; settles are rare (a member at a
+plan's usual size, a few thousand events, never settles after its start), so that stays
+small. The freeze is the whole process's: in one that runs many members (the simulated
+world) the first to reach ``SETTLE_EVERY`` settles them all.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ class Settler:
         if self._since < SETTLE_EVERY:
             return False
         self._since = 0
-        gc.collect(1)
+        gc.collect()
         gc.freeze()
         return True
 

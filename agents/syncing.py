@@ -98,8 +98,8 @@ class MemberSync:
         workers check one frame's signatures while this thread stores the one before: two
         frames held at a time), and the tree is folded once at the end: a 100k-event
         catch-up is about two hundred frames, and folding after each made it quadratic. The deadline counts from
-        the last events frame that answered something asked (``syncproto.pull`` refuses one
-        that answers nothing) or offer page, up to ``PULL_LIMIT`` in all."""
+        the last events frame (``syncproto.pull`` refuses one that neither answers nor leaves
+        for later everything asked) or offer page, up to ``PULL_LIMIT`` in all."""
         started = trio.current_time()
         scope = trio.CancelScope(deadline=started + PULL_DEADLINE)
         added = 0

@@ -30,9 +30,12 @@ and the seqs of its ranges together).
 ``events`` carries the canonical bytes of each event as a JSON string, ids first
 in the order asked, then each range's events by seq, until the frame reaches
 ``EVENTS_BUDGET`` bytes; ``rest`` lists the asked ids left out for the budget and
-``rest_ranges`` the seqs (ids and seqs the server does not hold are simply absent),
-and the puller asks for them again. What is left must be less than what was asked,
-so every pull ends. Each step has its own frame limit (``LIMITS``), so a peer can
+``rest_ranges`` the seqs, and the puller asks for them again. Every asked id and seq
+must be answered or left for later (the server offered them, and its set only grows),
+and what is left must be less than what was asked: each frame moves a pull forward,
+and ``PULL_LIMIT`` ends even one a hostile server drips along (a run may claim seqs up
+to 2^53-1). A puller may have several needs in flight; the server answers them in
+order. Each step has its own frame limit (``LIMITS``), so a peer can
 make us buffer at most that much at a time.
 
 Every member pulls from every peer it talks to, so both directions are covered
@@ -41,7 +44,12 @@ without a push. Each side opens with its admission ticket (``T`` = ``{"peer",
 cluster is refused before anything is exchanged. The server answers from its
 own event set and never trusts what it is told: the puller verifies every event
 it receives as if it came by gossip, and does not ask for ids its intake already
-knows (held, refused, or due later).
+knows (held, refused, or due later). A run is asked by seq from the end of the
+puller's own gap-free prefix, so events it holds past a gap (gossip lost one, or
+holds it for being ahead of the clock) come again until the gap fills: the price of
+offering no ids. Skipping seqs it holds is no option: a puller cannot tell that its
+event at a seq is the server's without the server's id, and a fork's other branch
+skipped would stay unseen for good.
 The first offer also carries the server's summary, which ``swarm submit`` uses to see
 that a peer holds its goal. Messages are strict: a decode error says what was
 expected and what came.
@@ -330,11 +338,11 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
     Returns the raw events (unverified: run them through the intake) and the peer's summary.
 
     With ``on_events``, each events frame goes to it as it arrives and none is returned:
-    a large catch-up is stored as it comes, holding one frame at a time, and its ids
-    drop out of what is asked next time (``index``/``known``) should the pull be cut.
-    ``on_page`` is told of each offer page after the first (progress too: pages may list
-    only ids we hold). A page that says more follow must list some ids: an endless run of
-    empty pages would be progress about nothing."""
+    a large catch-up is stored as it comes, and what it stored drops out of what is asked
+    next time (``index``/``known``) should the pull be cut. ``on_page`` is told of each
+    offer page after the first (progress too: pages may list only what we hold). A page
+    that says more follow must list some ids or a run: an endless run of empty pages would
+    be progress about nothing."""
     reply, theirs = await _open_pull(stream, index, me)
     received: list[bytes] = []
     while True:
@@ -354,7 +362,7 @@ async def _fetch(stream: PeerStream, page: Offer, index: EventIndex, known: Call
                  to: list[bytes] | Callable[[list[bytes]], None]) -> None:
     """Ask for what one offer page lists and we lack (ids, and runs by seq); each events
     frame goes ``to``. ``NEEDS_AHEAD`` needs are in flight at once, so the server builds the
-    next frame while we take this one (one at a time, each side waited on the other)."""
+    next frame while we take this one (with one need at a time each side waited on the other)."""
     ids, ranges = index.wanted(page)
     ids = [i for i in ids if not known(i)]
     asked: deque[tuple[list[str], list[SeqRange]]] = deque()
@@ -386,14 +394,20 @@ def _checked_answer(answer: dict[str, Any], asked: list[str],
         raise SyncProtocolError("expected a list of event strings in an events message")
     if not isinstance(rest, list) or not all(isinstance(i, str) for i in rest) or not set(rest) <= set(asked):
         raise SyncProtocolError("expected 'rest' to list asked ids left out")
+    rest = list(dict.fromkeys(rest))  # an id listed twice is asked once (repeats would grow our queue)
     if not all(any(r.author == a.author and a.first <= r.first and r.last <= a.last for a in asked_ranges)
                for r in rest_ranges):
         raise SyncProtocolError("expected 'rest_ranges' to lie inside the ranges asked")
-    left = len(set(rest)) + sum(len(r) for r in rest_ranges)
-    if left and (not events or left >= len(set(asked)) + sum(len(r) for r in asked_ranges)):
+    left = len(rest) + sum(len(r) for r in rest_ranges)
+    wanted = len(set(asked)) + sum(len(r) for r in asked_ranges)
+    if left and (not events or left >= wanted):
         # a frame that answers nothing, or leaves as much as was asked for later, would
         # keep a pull (whose deadline counts from its last frame) going with no end
         raise SyncProtocolError("an events frame left for later as much as was asked, or sent nothing")
+    if len(events) + left < wanted:
+        # the server offered all it is asked for, and its set only grows: what it neither
+        # sends nor leaves for later it holds back (empty frames would drip a pull along)
+        raise SyncProtocolError("an events frame neither answered nor left for later all that was asked")
     try:
         return [e.encode() for e in events], rest, rest_ranges
     except UnicodeEncodeError:

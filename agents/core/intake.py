@@ -12,7 +12,8 @@
   schema, role, chain fields, peer id, id, signature, ticket), or is refused
   *for now*: stamped beyond the holding horizon, or beyond the holding budget
   (per author and in all). What is refused for now is remembered with its
-  timestamp, so sync does not fetch it again until its time has come; what is
+  timestamp, so sync does not fetch it again by id until its time has come (a
+  run asked by seq brings it again: see ``agents.syncproto``); what is
   refused for good is remembered too, so the same bad event offered again is
   counted once. Nothing already stored is touched.
 

@@ -25,8 +25,9 @@ One exchange, run by both sides at once (vocabulary after Automerge's sync):
    ``Events``.
 4. On their need: ``Events`` with what they asked for.
 
-When both summaries match, nothing is sent. Every message is bounded by the
-caller's batch size (offers are id lists and go whole); a driver repeats the exchange until a round sends nothing.
+When both summaries match, nothing is sent. Needs and pushes are bounded by the
+caller's batch size (offers go whole here; ``agents.syncproto`` pages them); a driver
+repeats the exchange until a round sends nothing.
 """
 
 from __future__ import annotations
@@ -125,7 +126,9 @@ class EventIndex:
                 self._by_id[event.id] = event
                 self._by_author[event.author][event.id] = event
                 self._summaries.pop(event.author, None)
-                self._feeds.pop(event.author, None)
+                feed = self._feeds.get(event.author)
+                if feed is not None:  # kept in order as the author goes on: needs read it by seq
+                    bisect.insort(feed, event, key=lambda e: (e.seq, e.id))
                 added += 1
         return added
 
@@ -145,7 +148,9 @@ class EventIndex:
         """The author's events we hold, by seq (and id, where a fork puts two at one seq)."""
         cached = self._feeds.get(author)
         if cached is None:
-            held = self._by_author.get(author, {})
+            held = self._by_author.get(author)
+            if held is None:  # an author we hold nothing of: nothing to keep (a need may name any)
+                return []
             cached = self._feeds[author] = sorted(held.values(), key=lambda e: (e.seq, e.id))
         return cached
 

@@ -414,3 +414,69 @@ def test_a_cut_inside_a_range_leaves_the_rest_of_it_and_every_later_range_whole(
     answer = syncproto._answer(index, Need((), (SeqRange(a[0].author, 1, 6),)))
     assert answer["events"] == [at_one[0].to_wire().decode()]
     assert answer["rest_ranges"] == [[a[0].author, 2, 6]]  # its sibling comes by id on the next pull
+
+
+@pytest.mark.parametrize(("answer", "refusal"), [
+    ({"events": [], "rest": [], "rest_ranges": []}, "neither answered nor left for later"),
+    ({"events": ["x"], "rest": [], "rest_ranges": [["A", 3, 5]]}, "neither answered nor left for later"),
+], ids=["an-empty-frame", "part-answered-part-dropped"])
+def test_a_frame_that_drops_what_was_asked_is_a_protocol_error(answer: dict, refusal: str) -> None:
+    """A server holds all it offered (its set only grows), so what it neither sends nor leaves
+    for later it holds back: empty frames would drip a pull along a run of 2^53 seqs."""
+    events = small_feed("executor-a", 5)
+    author = events[0].author
+    for left in answer["rest_ranges"]:
+        left[0] = author
+    me, them = credentials("puller", "observer"), credentials("server", "scorer")
+    near, far = pipes(me.identity.peer_id, them.identity.peer_id)
+
+    async def holding_back() -> None:
+        await far.receive()
+        await far.send(json.dumps({"type": "offer", "ticket": them.ticket.wire(), "summary": {},
+                                   "authors": {author: [0, 5, events[-1].id]}, "more": False}).encode())
+        await far.receive()
+        await far.send(json.dumps({"type": "events", **answer}).encode())
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(holding_back)
+            with pytest.raises(SyncProtocolError, match=refusal), trio.fail_after(10):
+                await pull(near, EventIndex(), me)
+
+    trio.run(main)
+
+
+def test_an_id_left_for_later_many_times_is_asked_again_once() -> None:
+    events = forked_feed("executor-a", 3)  # a fork: offered by id
+    ids = [e.id for e in events]
+    me, them = credentials("puller", "observer"), credentials("server", "scorer")
+    near, far = pipes(me.identity.peer_id, them.identity.peer_id)
+
+    async def repeating() -> None:
+        await far.receive()
+        await far.send(json.dumps({"type": "offer", "ticket": them.ticket.wire(), "summary": {},
+                                   "authors": {events[0].author: [0, ids]}, "more": False}).encode())
+        await far.receive()
+        await far.send(json.dumps({"type": "events", "events": [e.to_wire().decode() for e in events[:3]],
+                                   "rest": [ids[3]] * 30_000, "rest_ranges": []}).encode())
+        again = json.loads(await far.receive())
+        assert again["ids"] == [ids[3]]
+        await far.send(json.dumps({"type": "events", "events": [events[3].to_wire().decode()], "rest": [],
+                                   "rest_ranges": []}).encode())
+        await far.receive()  # done
+
+    async def main() -> list[bytes]:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(repeating)
+            with trio.fail_after(10):
+                received, _summary = await pull(near, EventIndex(), me)
+        return received
+
+    assert sorted(trio.run(main)) == sorted(e.to_wire() for e in events)
+
+
+def test_a_need_naming_authors_we_never_held_leaves_nothing_behind() -> None:
+    index = EventIndex(small_feed("executor-a", 3))
+    for n in range(100):
+        assert index.in_range(SeqRange(f"nobody-{n}", 1, 5)) == []
+    assert set(index._feeds) <= {e.author for e in index.events()}

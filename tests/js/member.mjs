@@ -371,12 +371,15 @@ async function fetchPage (frames, offer) { // ask for what one offer page lists 
     if (!restRanges.every(([a, f, l]) => askedRanges.some(([b, g, m]) => a === b && g <= f && l <= m))) {
       throw new Error("'rest_ranges' outside the ranges asked")
     }
-    const left = new Set(answer.rest).size + seqsOf(restRanges)
-    if (left && (!answer.events.length || left >= new Set(asked).size + seqsOf(askedRanges))) {
+    const rest = [...new Set(answer.rest)] // an id listed twice is asked once
+    const left = rest.length + seqsOf(restRanges)
+    const asking = new Set(asked).size + seqsOf(askedRanges)
+    if (left && (!answer.events.length || left >= asking)) {
       throw new Error('an events frame left for later as much as was asked, or sent nothing')
     }
+    if (answer.events.length + left < asking) throw new Error('an events frame neither answered nor left for later all that was asked')
     for (const text of answer.events) if (intake(Buffer.from(text, 'utf8'))) got++
-    wanted = answer.rest.concat(wanted)
+    wanted = rest.concat(wanted)
     ranges = restRanges.concat(ranges)
   }
   return got
