@@ -158,7 +158,8 @@ class Member(MemberSync):
         self._transitions_file = open(transitions_path, "a", encoding="utf-8") if transitions_path else None  # noqa: SIM115 (closed in close())
         self.now_ms = now_ms
         self._show(Transition("start"))
-        self.tree: PlanTree = fold(self.index.events())
+        with settled():
+            self.tree: PlanTree = fold(self.index.events())
         for change in changes(None, self.tree):
             self._show(change)
         if self.own is not None and not self.own.start(store.events_by(identity.peer_id), self.tree) \

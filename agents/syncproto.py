@@ -263,13 +263,13 @@ def _answer(index: EventIndex, need: Need) -> dict[str, Any]:
             add(event.to_wire())
     for wanted in need.ranges:
         if size >= EVENTS_BUDGET:  # every range after the cut is left whole
-            rest_ranges.append([wanted.author, wanted.first, wanted.last])
+            rest_ranges.append(wanted.wire())
             continue
         last_sent = 0
         for event in index.in_range(wanted):
             if size >= EVENTS_BUDGET:
                 if last_sent < wanted.last:
-                    rest_ranges.append([wanted.author, last_sent + 1, wanted.last])
+                    rest_ranges.append(SeqRange(wanted.author, last_sent + 1, wanted.last).wire())
                 break
             add(event.to_wire())
             last_sent = event.seq
@@ -371,7 +371,7 @@ async def _fetch(stream: PeerStream, page: Offer, index: EventIndex, known: Call
             these, ids = ids[:BATCH], ids[BATCH:]
             these_ranges, ranges = split_ranges(ranges, BATCH - len(these))
             await stream.send(encode_message({"type": "need", "ids": these,
-                                              "ranges": [[r.author, r.first, r.last] for r in these_ranges]}))
+                                              "ranges": [r.wire() for r in these_ranges]}))
             asked.append((these, these_ranges))
         if not asked:
             return

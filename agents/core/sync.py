@@ -91,6 +91,10 @@ class SeqRange:
     def __len__(self) -> int:
         return self.last - self.first + 1
 
+    def wire(self) -> list:
+        """As a sync frame lists it: ``[author, first, last]``."""
+        return [self.author, self.first, self.last]
+
 
 @dataclass(frozen=True)
 class Need:
