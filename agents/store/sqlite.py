@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -43,6 +44,22 @@ class StoreError(RuntimeError):
     """The store cannot be opened or used; the message says why and what to do."""
 
 
+def _write_ahead(db: sqlite3.Connection) -> None:
+    """Turn WAL on. SQLite answers "database is locked" at once, without waiting on the busy
+    timeout, to a connection switching a new file to WAL while another switches it too (a
+    member and a reader of its data directory opening it together); the mode is kept in the
+    file, so the loser finds it on when it asks again. Bounded: five seconds, as the busy
+    timeout."""
+    for attempt in range(50):
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == 49:
+                raise
+            time.sleep(0.1)
+
+
 class EventStore:
     """The events one member holds. Open with ``EventStore.open(data_dir)``."""
 
@@ -60,9 +77,9 @@ class EventStore:
         path = directory / DB_NAME
         try:
             db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
             db.execute("PRAGMA busy_timeout=5000")
+            _write_ahead(db)
+            db.execute("PRAGMA synchronous=FULL")
             store = cls(db, path)
             store._migrate()
             (verdict,) = db.execute("PRAGMA quick_check").fetchone()
@@ -76,23 +93,37 @@ class EventStore:
         return store
 
     def _migrate(self) -> None:
+        """Apply the migrations this store lacks. The version is read again inside the write
+        transaction: two processes opening a new store at once (a member and a reader of its
+        data directory) both saw version 0, and the second failed on ``table events already
+        exists``."""
+        self._refuse_newer(self._version())
+        if self._version() == len(_MIGRATIONS):
+            return
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            version = self._version()
+            self._refuse_newer(version)
+            for number in range(version, len(_MIGRATIONS)):
+                for statement in _MIGRATIONS[number].split(";"):
+                    if statement.strip():
+                        self._db.execute(statement)
+                self._db.execute(f"PRAGMA user_version={number + 1}")
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
+    def _version(self) -> int:
         (version,) = self._db.execute("PRAGMA user_version").fetchone()
+        return int(version)
+
+    def _refuse_newer(self, version: int) -> None:
         if version > len(_MIGRATIONS):
             raise StoreError(
                 f"{self.path} has schema version {version}, newer than this program knows "
                 f"({len(_MIGRATIONS)}); upgrade swarm-plan to open it"
             )
-        for number in range(version, len(_MIGRATIONS)):
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in _MIGRATIONS[number].split(";"):
-                    if statement.strip():
-                        self._db.execute(statement)
-                self._db.execute(f"PRAGMA user_version={number + 1}")
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
 
     def close(self) -> None:
         self._db.close()

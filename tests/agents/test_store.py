@@ -56,3 +56,30 @@ def test_a_file_that_is_not_a_store_gets_a_clear_error(tmp_path) -> None:
     (tmp_path / "events.sqlite3").write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(StoreError, match=r"not a usable event store.*move it aside"):
         EventStore.open(tmp_path)
+
+
+def test_a_new_store_opened_by_several_at_once_opens_for_all(tmp_path) -> None:
+    """A member and a reader of its data directory (a test, ``swarm inspect``) opening a new
+    store together: both read schema version 0 and the second failed on ``table events
+    already exists``, or on ``database is locked`` while the first turned WAL on (17 of 30
+    rounds of six openers here, before)."""
+    import threading
+
+    failures = []
+    for round_ in range(10):
+        directory = tmp_path / f"store-{round_}"
+        start = threading.Barrier(6)
+
+        def open_it(directory=directory, start=start) -> None:
+            start.wait()
+            try:
+                EventStore.open(directory).close()
+            except StoreError as exc:
+                failures.append(str(exc))
+
+        openers = [threading.Thread(target=open_it) for _ in range(6)]
+        for opener in openers:
+            opener.start()
+        for opener in openers:
+            opener.join()
+    assert failures == []
