@@ -44,18 +44,21 @@ class StoreError(RuntimeError):
     """The store cannot be opened or used; the message says why and what to do."""
 
 
+BUSY_TIMEOUT_S = 5.0  # how long a connection waits on another's lock
+
+
 def _write_ahead(db: sqlite3.Connection) -> None:
     """Turn WAL on. SQLite answers "database is locked" at once, without waiting on the busy
     timeout, to a connection switching a new file to WAL while another switches it too (a
     member and a reader of its data directory opening it together); the mode is kept in the
-    file, so the loser finds it on when it asks again. Bounded: five seconds, as the busy
-    timeout."""
-    for attempt in range(50):
+    file, so the loser finds it on when it asks again. Bounded by the busy timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
         try:
             db.execute("PRAGMA journal_mode=WAL")
             return
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or attempt == 49:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
                 raise
             time.sleep(0.1)
 
@@ -77,7 +80,7 @@ class EventStore:
         path = directory / DB_NAME
         try:
             db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA busy_timeout=5000")
+            db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
             _write_ahead(db)
             db.execute("PRAGMA synchronous=FULL")
             store = cls(db, path)
@@ -97,8 +100,9 @@ class EventStore:
         transaction: two processes opening a new store at once (a member and a reader of its
         data directory) both saw version 0, and the second failed on ``table events already
         exists``."""
-        self._refuse_newer(self._version())
-        if self._version() == len(_MIGRATIONS):
+        version = self._version()
+        self._refuse_newer(version)
+        if version == len(_MIGRATIONS):
             return
         self._db.execute("BEGIN IMMEDIATE")
         try:
