@@ -1,6 +1,6 @@
 """``Network`` over py-libp2p 0.8.1: TCP, noise only, yamux, gossipsub, mDNS, sync streams.
 
-py-libp2p's defaults break a swarm (see ../shared/ENVIRONMENT.md, beside the repository); this adapter fixes each:
+py-libp2p's defaults break a swarm (see ENVIRONMENT.md); this adapter fixes each:
 
 * gossipsub: ``heartbeat_interval=1``, explicit degrees, ``adaptive_gossip_enabled=False``
   and ``spam_protection_enabled=False`` (both silently stop a busy mesh);
@@ -131,6 +131,7 @@ class Libp2pNetwork:
         # validator and be forwarded.
         self._pubsub = Pubsub(self.host, self._router, msg_id_constructor=self._message_id,
                               seen_ttl=SEEN_TTL_S, validation_cache_ttl=SEEN_TTL_S)
+        self._router.key_cache_by(self._message_id)  # IHAVE must announce the ids the seen-cache holds
         self._known_connected: set[str] = set()
         self._nursery: trio.Nursery | None = None  # for tasks the callers may leave behind
         self._abandoned: dict[tuple[str, TProtocol], set[Opening]] = {}  # opens their callers left
