@@ -174,6 +174,7 @@ class Member(MemberSync):
         self._wedged: set[str] = set()  # peers whose pull outlived every deadline
         self._pull_after = b""  # the rotation's key of the last peer pulled from
         self._ring_keys: dict[str, bytes] = {}  # peer -> its key in this member's rotation
+        self.news_at = float("-inf")  # trio time this member last stored an event new to it
         self._model_busy = False
         self._model_down_until = 0.0  # trio time before which no model work starts (it was unreachable)
         self._model_failures = 0  # calls in a row that could not reach the model
@@ -200,6 +201,7 @@ class Member(MemberSync):
                 raise
             return 0
         if added:
+            self.news_at = trio.current_time()
             self.index.add_all(events)
             self._heap.held(added)
             if refold:

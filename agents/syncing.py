@@ -7,7 +7,11 @@ conversation may run, apart from what the member does with events once they are 
 * each pull runs on its own task, one at a time per peer, and is dropped after
   ``PULL_DEADLINE`` without a frame (``PULL_LIMIT`` in all);
 * every ``SYNC_INTERVAL`` the member pulls from the next ``SYNC_FANOUT`` peers of a
-  rotation of its own, and from a new connection while fewer pulls run;
+  rotation of its own, and from a new connection while fewer pulls run; once nothing new
+  has reached it for ``QUIET_AFTER`` (a finished or idle plan), only every
+  ``QUIET_SYNC_INTERVAL``: an idle member's pulls are most of what it costs, and find
+  nothing. Anything new (gossip, a pull, its own event) brings the short interval back, a
+  gap in a feed still pulls at once, and so does a new connection (a heal);
 * at most ``MAX_SERVING`` streams are served at once.
 """
 
@@ -25,6 +29,8 @@ from agents.syncproto import SyncProtocolError, SyncRefused, pull, serve_pull
 
 SYNC_INTERVAL = 3.0
 SYNC_FANOUT = 3  # peers pulled from per SYNC_INTERVAL, whatever the size of the cluster
+QUIET_AFTER = 30.0  # seconds without a new event after which the member pulls less often
+QUIET_SYNC_INTERVAL = 4 * SYNC_INTERVAL
 PULL_DEADLINE = 10.0  # a pull or serve that moves nothing this long is dropped (the dial counts)
 PULL_LIMIT = 300.0  # a whole pull or serve, however much it moves: a drip-feeding peer is cut too
 WEDGED_AFTER = PULL_DEADLINE + 2 * SYNC_INTERVAL  # a pull this long without progress ignored its cancellation
@@ -33,7 +39,7 @@ MAX_SERVING = 16  # sync streams served at once: each may hold one frame in reas
 
 class MemberSync:
     """Sync for ``Member``: see the module's docstring. Its state (``_pulling``, ``_pull_done``,
-    ``_sync_rounds``, ``_wedged``, ``_pull_after``, ``_ring_keys``) is set by ``Member.__init__``."""
+    ``_sync_rounds``, ``_wedged``, ``_pull_after``, ``_ring_keys``, ``news_at``) is set by ``Member.__init__``."""
 
     async def _serve(self, stream: PeerStream) -> None:
         if self._serving >= MAX_SERVING:  # what peers can make us buffer stays bounded
@@ -219,14 +225,21 @@ class MemberSync:
                 self._start_pull(nursery, peer)
 
     async def _sync_loop(self, nursery: trio.Nursery) -> None:
-        """Every ``SYNC_INTERVAL`` (sooner when asked), pull from the next ``SYNC_FANOUT``
-        connected peers in this member's rotation (``_next_pulls``), so the pulls a cluster
-        makes grow with its members, not with their square. Pulls are never awaited together:
-        one that cannot be cancelled (a transport that shields its cleanup from us) holds up
-        its own peer and no other."""
+        """Every ``SYNC_INTERVAL`` (sooner when asked; every ``QUIET_SYNC_INTERVAL`` while
+        nothing new arrives), pull from the next ``SYNC_FANOUT`` connected peers in this
+        member's rotation (``_next_pulls``), so the pulls a cluster makes grow with its
+        members, not with their square. Pulls are never awaited together: one that cannot be
+        cancelled (a transport that shields its cleanup from us) holds up its own peer and no
+        other."""
+        last_round = trio.current_time()
         while True:
-            with trio.move_on_after(SYNC_INTERVAL):
+            with trio.move_on_after(SYNC_INTERVAL) as wait:
                 await self.sync_now.wait()
+            now = trio.current_time()
+            if wait.cancelled_caught and now - self.news_at > QUIET_AFTER \
+                    and now - last_round < QUIET_SYNC_INTERVAL:
+                continue  # quiet: nothing to look for yet
+            last_round = now
             self.sync_now = trio.Event()
             self.stats.sync_rounds += 1
             self._drop_wedged_pulls()
@@ -279,4 +292,5 @@ class MemberSync:
                 self.network.drop(peer)
 
 
-__all__ = ["MAX_SERVING", "PULL_DEADLINE", "PULL_LIMIT", "SYNC_FANOUT", "SYNC_INTERVAL", "WEDGED_AFTER", "MemberSync"]
+__all__ = ["MAX_SERVING", "PULL_DEADLINE", "PULL_LIMIT", "QUIET_AFTER", "QUIET_SYNC_INTERVAL", "SYNC_FANOUT",
+           "SYNC_INTERVAL", "WEDGED_AFTER", "MemberSync"]

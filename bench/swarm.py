@@ -80,6 +80,23 @@ def _members_cpu(procs: list[Proc]) -> float:
     return sum(_cpu_seconds(p.process.pid) for p in procs)
 
 
+async def _settled(procs: list[Proc], most_s: float = 120.0) -> float:
+    """Wait until the members have started and formed their meshes: at least 3 + n/10 s
+    (gossip heartbeats of 1 s), and until their CPU over 5 s is under 3/4 of the machine's
+    (dozens of processes starting at once saturate two cores for tens of seconds, and a
+    probe sent then measures the start, not gossip), or ``most_s`` has passed. Returns the
+    seconds waited."""
+    began = time.monotonic()
+    await trio.sleep(3 + len(procs) / 10)
+    cores = os.cpu_count() or 1
+    while time.monotonic() - began < most_s:
+        before = _members_cpu(procs)
+        await trio.sleep(5)
+        if (_members_cpu(procs) - before) / 5 < 0.75 * cores:
+            break
+    return time.monotonic() - began
+
+
 async def _publish(procs: list[Proc], cluster: str, count: int, rate: float,
                    root: Path) -> tuple[dict[str, float], float]:
     """Publish ``count`` probes at ``rate``; returns when each was sent and the CPU seconds the
@@ -97,7 +114,7 @@ async def _publish(procs: list[Proc], cluster: str, count: int, rate: float,
             await nursery.start(member.run)
             while len(network.connected_peers()) < min(len(procs), ACTIVE_PEERS):  # the bound (peer_book.py)
                 await trio.sleep(0.1)
-            await trio.sleep(3 + len(procs) / 10)  # let the gossip mesh form (heartbeat 1 s) before measuring
+            await _settled(procs)
             window = count / rate + 5
             start = _members_cpu(procs)
             await trio.sleep(window)

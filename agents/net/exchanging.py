@@ -2,8 +2,10 @@
 
 ``peer_exchange.py`` is the conversation itself (frames, tickets, the rules of a
 listing); this is its use by a running host (``p2p.Libp2pNetwork``): it asks a
-peer on connecting and then the connected peer asked longest ago, at most every
-``EXCHANGE_INTERVAL``; it answers a peer at most once in ``ASKS_APART`` (a
+peer on connecting, and then, every ``REASK_EVERY``, the connected peer asked longest
+ago if that was at least ``EXCHANGE_INTERVAL`` ago (one ask per interval whatever the
+cluster's size: asking each peer every interval made a member's asks grow with its
+peers, and every ask is a stream, two ticket checks and a listing); it answers a peer at most once in ``ASKS_APART`` (a
 sooner ask is closed unread and counted, not treated as a refusal); and it
 remembers which connected peers showed a ticket of the cluster (*admitted*: the
 only ones it lists) and which broke the protocol or had none (*strangers*: they
@@ -27,7 +29,8 @@ from agents.net.streams import Libp2pStream
 
 log = structlog.get_logger("swarm.net")
 
-EXCHANGE_INTERVAL = 30.0  # a connected peer is asked whom it knows on connecting, then this often
+EXCHANGE_INTERVAL = 30.0  # a connected peer is asked whom it knows on connecting, then at most this often
+REASK_EVERY = 10.0  # and one of them is asked again at most this often
 EXCHANGE_TIMEOUT = 10.0
 ASKS_APART = 10.0  # a peer's asks are answered at most this often; one sooner is closed unanswered
 
@@ -46,6 +49,7 @@ class PeerExchanges:
         self._connected = connected
         self._addresses_of = addresses_of
         self.asked_at: dict[str, float] = {}
+        self.reasked_at = float("-inf")  # when ``due`` last named a peer
         self.admitted: set[str] = set()  # peers whose ticket a peer exchange checked
         self.strangers: set[str] = set()  # peers whose ticket a peer exchange refused
         self.answered_at: dict[str, float] = {}  # peers answered in the last ASKS_APART seconds
@@ -61,11 +65,15 @@ class PeerExchanges:
         self.answered_at = {p: t for p, t in self.answered_at.items() if now - t < ASKS_APART}
 
     def due(self, connected: set[str], now: float) -> str | None:
-        """The connected peer to ask again now (the one asked longest ago), if any is due."""
-        if not connected:
+        """The connected peer to ask again now (the one asked longest ago), if one is due and
+        no other was named in the last ``REASK_EVERY``."""
+        if not connected or now - self.reasked_at < REASK_EVERY:
             return None
         oldest = min(sorted(connected), key=lambda p: self.asked_at.get(p, 0.0))
-        return oldest if now - self.asked_at.get(oldest, 0.0) > EXCHANGE_INTERVAL else None
+        if now - self.asked_at.get(oldest, 0.0) <= EXCHANGE_INTERVAL:
+            return None
+        self.reasked_at = now
+        return oldest
 
     def ask_soon(self, nursery: trio.Nursery, peer: str) -> None:
         self.asked_at[peer] = trio.current_time()

@@ -3,9 +3,11 @@
 A blackholed link (a partition, a dead machine behind a live switch) closes nothing:
 TCP waits, streams hang, and the peer stays "connected" for minutes. So every
 ``PING_INTERVAL`` up to ``PING_FANOUT`` connected peers are checked, those checked
-longest ago first, skipping any heard from within the interval (its link evidently
-delivers), each on its own task (one stuck check delays no other peer's): a ping on
-a fresh stream of our own, echoed within ``PING_TIMEOUT``. Not py-libp2p's
+longest ago first, skipping any heard from within ``QUIET_BEFORE_PING`` (its link
+evidently delivers: gossip and sync say so most of the time, and a ping is a stream
+whose negotiation costs both ends more than the ping), each on its own task (one stuck
+check delays no other peer's): a ping on a fresh stream of our own, echoed within
+``PING_TIMEOUT``. Not py-libp2p's
 ``PingService``, which opens streams under one lock for all peers and reuses a stream
 whose ping was cancelled, pong unread. The fan-out keeps a member's pings per second
 the same at 5 peers and at 50 (pinging every peer every interval, thirty processes
@@ -43,6 +45,7 @@ PING_INTERVAL = 2.0
 PING_TIMEOUT = 4.0
 PING_BYTES = 32  # the ping protocol's payload: the peer echoes it
 PING_FANOUT = 4  # peers checked per PING_INTERVAL, whatever the cluster's size
+QUIET_BEFORE_PING = 5 * PING_INTERVAL  # a peer heard from this recently is not checked
 
 
 class Liveness:
@@ -74,7 +77,7 @@ class Liveness:
                 for gone in seen.keys() - connected:
                     del seen[gone]
             due = sorted((peer for peer in connected if peer not in self._checking
-                          and now - self._heard.get(peer, never) > PING_INTERVAL),
+                          and now - self._heard.get(peer, never) > QUIET_BEFORE_PING),
                          key=lambda peer: (self._checked.get(peer, never), peer))
             for peer in due[:PING_FANOUT]:
                 self._checking.add(peer)

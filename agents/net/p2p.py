@@ -1,9 +1,11 @@
 """``Network`` over py-libp2p 0.8.1: TCP, noise only, yamux, gossipsub, mDNS, sync streams.
 
-py-libp2p's defaults break a swarm (see ENVIRONMENT.md); this adapter fixes each:
+py-libp2p's defaults break a swarm (see ../shared/ENVIRONMENT.md, beside the repository); this adapter fixes each:
 
 * gossipsub: ``heartbeat_interval=1``, explicit degrees, ``adaptive_gossip_enabled=False``
   and ``spam_protection_enabled=False`` (both silently stop a busy mesh);
+  our ``Router`` (``gossip_router.py``): IHAVE names messages by the ids the seen-cache
+  holds, and IDONTWANT goes out only for messages of 1 KiB or more;
 * security: noise only (no plaintext or secio offered);
 * message ids: sha256 of the payload, so the replayed message cache and
   re-publications dedupe by content (the member dedupes by event id too);
@@ -38,7 +40,6 @@ from libp2p.host.ping import ID as PING_PROTOCOL
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.peer.peerstore import PeerStoreError
-from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
@@ -52,6 +53,7 @@ from agents.logs import adopt_libp2p
 from agents.net import peer_exchange, peer_records
 from agents.net.base import StreamClosed, StreamHandler
 from agents.net.exchanging import EXCHANGE_INTERVAL, PeerExchanges
+from agents.net.gossip_router import Router
 from agents.net.liveness import Liveness
 from agents.net.peer_book import PeerBook, listed_addresses, resolved
 from agents.net.streams import CLOSE_TIMEOUT, Libp2pStream, Opening, reset, sever
@@ -117,7 +119,7 @@ class Libp2pNetwork:
         # there) until it has 50 connections, every 10 s: our dial loop decides whom to
         # connect to (peer_book.py), so it never starts.
         self.host.get_network().auto_connector.start = _stay_stopped
-        self._router = GossipSub(
+        self._router = Router(
             protocols=GOSSIP_PROTOCOLS, degree=4, degree_low=3, degree_high=6,
             heartbeat_interval=1, heartbeat_initial_delay=0.1, time_to_live=30,
             gossip_window=3, gossip_history=5,

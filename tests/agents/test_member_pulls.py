@@ -11,6 +11,7 @@ way an event can travel is a later pull from another peer.
 from __future__ import annotations
 
 import random
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,14 @@ from agents.core.sync import EventIndex
 from agents.member import Member
 from agents.net.base import MAX_FRAME_BYTES, PeerStream, StreamClosed
 from agents.store import EventStore
-from agents.syncing import PULL_DEADLINE, SYNC_FANOUT, SYNC_INTERVAL, WEDGED_AFTER
+from agents.syncing import (
+    PULL_DEADLINE,
+    QUIET_AFTER,
+    QUIET_SYNC_INTERVAL,
+    SYNC_FANOUT,
+    SYNC_INTERVAL,
+    WEDGED_AFTER,
+)
 from agents.syncproto import serve_pull
 from chaos.sim.identities import EPOCH_MS
 from chaos.sim.network import SimFabric, SimNetwork
@@ -127,7 +135,9 @@ class CountingNetwork(SimNetwork):
 
 def test_a_member_pulls_from_a_few_peers_a_round_and_reaches_every_peer(tmp_path: Path) -> None:
     """Twenty connected peers: each round pulls from ``SYNC_FANOUT`` of them (not twenty), and
-    an event that only one of them holds still arrives, within one turn of the rotation."""
+    an event that only one of them holds still arrives, within one turn of the rotation. The
+    watcher has nothing new all along, so its rounds are ``QUIET_SYNC_INTERVAL`` apart."""
+    interval = QUIET_SYNC_INTERVAL
     names = [f"peer-{i}" for i in range(20)]
     peers = [identity(name).peer_id for name in names]
     feed = Feed("holder", "client")
@@ -157,7 +167,7 @@ def test_a_member_pulls_from_a_few_peers_a_round_and_reaches_every_peer(tmp_path
             event = feed.at(now_ms(), goal("Plan a two-week trip to Japan", [peers[-1]], 1))
             held.add_all([event])
             posted = trio.current_time()
-            with trio.move_on_after(60):
+            with trio.move_on_after(200):
                 while event.id not in watcher.index:
                     await trio.sleep(0.1)
             outcome.update(opens=list(network.opens), arrived_after=trio.current_time() - posted,
@@ -168,17 +178,62 @@ def test_a_member_pulls_from_a_few_peers_a_round_and_reaches_every_peer(tmp_path
     opens: list[tuple[float, str]] = outcome["opens"]  # type: ignore[assignment]
     assert outcome["arrived"], "an event held by one peer of twenty never arrived"
     turn = -(-len(peers) // SYNC_FANOUT)  # rounds for the rotation to come round
-    assert outcome["arrived_after"] <= (turn + 1) * SYNC_INTERVAL  # type: ignore[operator]
+    assert outcome["arrived_after"] <= (turn + 1) * interval  # type: ignore[operator]
     # steady state (after the first connections): at most SYNC_FANOUT opens in any round
-    start = opens[0][0] + SYNC_INTERVAL
+    start = opens[0][0] + interval
     windows: dict[int, int] = {}
     for at, _ in opens:
         if at >= start:
-            windows[int((at - start) // SYNC_INTERVAL)] = windows.get(int((at - start) // SYNC_INTERVAL), 0) + 1
+            windows[int((at - start) // interval)] = windows.get(int((at - start) // interval), 0) + 1
     assert windows and max(windows.values()) <= SYNC_FANOUT, windows
     # and within one turn of the rotation every peer is pulled from
-    first_turn = {peer for at, peer in opens if start <= at < start + turn * SYNC_INTERVAL}
+    first_turn = {peer for at, peer in opens if start <= at < start + turn * interval}
     assert first_turn == set(peers)
+
+
+def test_a_member_pulls_often_while_events_arrive_and_seldom_once_none_has(tmp_path: Path) -> None:
+    """An idle member's pulls find nothing and were most of what it cost: once nothing new has
+    reached it for ``QUIET_AFTER``, its rounds come every ``QUIET_SYNC_INTERVAL``; an event it
+    takes (here its own pulls bring them) brings back a round every ``SYNC_INTERVAL``."""
+    holder_id = identity("holder").peer_id
+    feed = Feed("holder", "client")
+    held = EventIndex()
+    rounds: dict[str, list[float]] = {}
+
+    async def serve(stream: PeerStream) -> None:
+        await serve_pull(stream, held, credentials("holder", "client"))
+
+    def gaps(opens: list[tuple[float, str]], since: float, until: float) -> set[float]:
+        times = [at for at, _ in opens if since <= at < until]
+        return {round(b - a, 1) for a, b in pairwise(times)}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            fabric = SimFabric(random.Random(0), nursery)
+            fabric.weather.loss = 1.0  # no gossip: only pulls carry events
+            network = CountingNetwork(fabric, identity("watcher").peer_id)
+            watcher, holder = await _watcher_and_holder(nursery, tmp_path, network, holder_id, serve)
+            fabric.bring_up(network)
+            fabric.bring_up(holder)
+            await trio.sleep(10 * QUIET_SYNC_INTERVAL)
+            busy_from = trio.current_time()
+            for i in range(20):  # an event every SYNC_INTERVAL for a minute
+                held.add_all([feed.at(EPOCH_MS + int(trio.current_time() * 1000),
+                                      goal(f"Goal number {i}", [holder_id], 1))])
+                await trio.sleep(SYNC_INTERVAL)
+            busy_until = trio.current_time()
+            await trio.sleep(QUIET_AFTER + 10 * QUIET_SYNC_INTERVAL)
+            assert len(watcher.index) == 20
+            rounds.update(quiet=sorted(gaps(network.opens, SYNC_INTERVAL, busy_from)),
+                          busy=sorted(gaps(network.opens, busy_from + SYNC_INTERVAL, busy_until)),
+                          after=sorted(gaps(network.opens, busy_until + QUIET_AFTER + SYNC_INTERVAL,
+                                            trio.current_time())))
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert rounds["quiet"] == [QUIET_SYNC_INTERVAL], rounds
+    assert rounds["busy"] == [SYNC_INTERVAL], rounds
+    assert rounds["after"] == [QUIET_SYNC_INTERVAL], rounds
 
 
 def test_the_rotation_skips_no_peer_while_others_come_and_go() -> None:

@@ -6,6 +6,8 @@ peer comes to be connected to the peers that one knows.
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import multiaddr
 import pytest
 import trio
@@ -282,3 +284,34 @@ async def test_py_libp2p_dials_nobody_of_its_own_accord() -> None:
         await trio.sleep(4)
         assert other.peer_id not in quiet.connected_peers()
         nursery.cancel_scope.cancel()
+
+
+def test_a_member_asks_one_connected_peer_again_an_interval_whatever_its_number_of_peers() -> None:
+    """Each peer asked again every ``EXCHANGE_INTERVAL`` made a member's asks grow with its
+    peers (fifty peers: more than one stream a second, each with two ticket checks): now one
+    peer, the one asked longest ago, every ``REASK_EVERY``, and none asked again sooner than
+    ``EXCHANGE_INTERVAL``."""
+    from agents.net.exchanging import EXCHANGE_INTERVAL, REASK_EVERY, PeerExchanges
+
+    exchanges = PeerExchanges(credentials("observer-0", "observer"), PeerBook("me"),
+                              open_stream=None, connected=list, addresses_of=list)  # type: ignore[arg-type]
+    for peers in (3, 50):
+        connected = {f"peer-{i:02}" for i in range(peers)}
+        exchanges.asked_at = {peer: 0.0 for peer in connected}  # each asked on connecting, at 0
+        exchanges.reasked_at = float("-inf")
+        asked: list[tuple[float, str]] = []
+        for tick in range(1, 601):  # the dial loop's turns over ten minutes
+            now = float(tick)
+            peer = exchanges.due(connected, now)
+            if peer is not None:
+                asked.append((now, peer))
+                exchanges.asked_at[peer] = now
+        gaps = [b[0] - a[0] for a, b in pairwise(asked)]
+        assert min(gaps) >= REASK_EVERY, (peers, gaps)
+        assert asked[0][0] > EXCHANGE_INTERVAL  # nobody again before its interval is up
+        assert len(asked) <= 600 / REASK_EVERY  # one an interval at most, at 3 peers as at 50
+        assert len(asked) >= min(peers * 600 / (EXCHANGE_INTERVAL + REASK_EVERY), 600 / REASK_EVERY - 5)
+        last: dict[str, float] = {}
+        for at, peer in asked:  # the one asked longest ago comes first
+            assert at - last.get(peer, 0.0) > EXCHANGE_INTERVAL
+            last[peer] = at
