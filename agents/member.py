@@ -5,7 +5,8 @@ Everything runs under one nursery (``Member.run``):
 * **receive**: gossip payloads go through the intake (verify, drift hold); new
   events are stored (durable) and indexed, and the tree is folded again;
 * **sync** (``agents.syncing``): pull from a new connection, from the next few
-  peers of a rotation every ``SYNC_INTERVAL``, and at once when the fold shows a
+  peers of a rotation every ``SYNC_INTERVAL`` (``QUIET_SYNC_INTERVAL`` once nothing new
+  has arrived for ``QUIET_AFTER``), and at once when the fold shows a
   gap in a feed; serve other members' pulls;
 * **act** (every role but the observer): ask the role's policy what to do
   given the tree and our hybrid clock, and carry the intents out: claims and

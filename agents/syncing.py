@@ -231,18 +231,19 @@ class MemberSync:
         members, not with their square. Pulls are never awaited together: one that cannot be
         cancelled (a transport that shields its cleanup from us) holds up its own peer and no
         other."""
-        last_round = trio.current_time()
+        last_round = trio.current_time() - QUIET_SYNC_INTERVAL  # the first round comes at the first wake
         while True:
             with trio.move_on_after(SYNC_INTERVAL) as wait:
                 await self.sync_now.wait()
+            self._drop_wedged_pulls()  # every SYNC_INTERVAL, quiet or not
             now = trio.current_time()
-            if wait.cancelled_caught and now - self.news_at > QUIET_AFTER \
+            # a muted member (its store behind its own feed) waits for its own events: not quiet
+            if wait.cancelled_caught and now - self.news_at > QUIET_AFTER and not self.mute \
                     and now - last_round < QUIET_SYNC_INTERVAL:
                 continue  # quiet: nothing to look for yet
             last_round = now
             self.sync_now = trio.Event()
             self.stats.sync_rounds += 1
-            self._drop_wedged_pulls()
             for peer in self._next_pulls(self.network.connected_peers()):
                 self._start_pull(nursery, peer)
 

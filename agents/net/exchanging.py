@@ -66,7 +66,8 @@ class PeerExchanges:
 
     def due(self, connected: set[str], now: float) -> str | None:
         """The connected peer to ask again now (the one asked longest ago), if one is due and
-        no other was named in the last ``REASK_EVERY``."""
+        no other was named in the last ``REASK_EVERY``; naming one starts that wait (a second
+        call at once names nobody)."""
         if not connected or now - self.reasked_at < REASK_EVERY:
             return None
         oldest = min(sorted(connected), key=lambda p: self.asked_at.get(p, 0.0))
@@ -107,7 +108,7 @@ class PeerExchanges:
         wrapped = Libp2pStream(stream, peer)
         now = trio.current_time()
         if now - self.answered_at.get(peer, -ASKS_APART) < ASKS_APART:
-            # an honest member asks on connecting and then every EXCHANGE_INTERVAL: this is a
+            # an honest member asks on connecting and then at most every EXCHANGE_INTERVAL: this is a
             # flood (or a quick reconnection); closed before reading, counted, logged quietly
             self.counts["too_soon"] += 1
             log.debug("peer exchange asked too soon", peer=peer)

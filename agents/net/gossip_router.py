@@ -24,12 +24,13 @@ minute and only for a poor mesh) is left on: with it off, the 30-member containe
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
 
+from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.mcache import CacheEntry, MessageCache
 from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.pubsub import Pubsub
 
 
 class CacheByMessageId(MessageCache):
@@ -53,11 +54,12 @@ IDONTWANT_MIN_BYTES = 1024  # go-libp2p's GossipSubIDontWantMessageThreshold
 
 class Router(GossipSub):
     """GossipSub whose message cache names messages by the pubsub's message id, and which
-    sends IDONTWANT only for messages of at least ``IDONTWANT_MIN_BYTES``."""
+    sends IDONTWANT only for messages of at least ``IDONTWANT_MIN_BYTES`` (encoded: data,
+    signature, key and all)."""
 
     _small: set[bytes]  # ids of messages being published that are too small for IDONTWANT
 
-    async def publish(self, msg_forwarder: Any, pubsub_msg: rpc_pb2.Message) -> None:
+    async def publish(self, msg_forwarder: ID, pubsub_msg: rpc_pb2.Message) -> None:
         small = pubsub_msg.ByteSize() < IDONTWANT_MIN_BYTES and self.pubsub is not None
         if small:
             message_id = self.pubsub.get_message_id(pubsub_msg)
@@ -68,11 +70,11 @@ class Router(GossipSub):
             if small:
                 self._small.discard(message_id)
 
-    async def _emit_idontwant_for_message(self, msg_id: bytes, topic_ids: Any) -> None:
+    async def _emit_idontwant_for_message(self, msg_id: bytes, topic_ids: Iterable[str]) -> None:
         if msg_id not in self._small:
             await super()._emit_idontwant_for_message(msg_id, topic_ids)
 
-    def attach(self, pubsub: Any) -> None:
+    def attach(self, pubsub: Pubsub) -> None:
         """Called by ``Pubsub``'s constructor, its message id constructor already set."""
         super().attach(pubsub)
         self._small = set()

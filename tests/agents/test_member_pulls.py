@@ -180,7 +180,7 @@ def test_a_member_pulls_from_a_few_peers_a_round_and_reaches_every_peer(tmp_path
     turn = -(-len(peers) // SYNC_FANOUT)  # rounds for the rotation to come round
     assert outcome["arrived_after"] <= (turn + 1) * interval  # type: ignore[operator]
     # steady state (after the first connections): at most SYNC_FANOUT opens in any round
-    start = opens[0][0] + interval
+    start = opens[0][0] + SYNC_INTERVAL / 2  # past the connection's pulls; rounds come at 3 s, then 12 s apart
     windows: dict[int, int] = {}
     for at, _ in opens:
         if at >= start:
@@ -196,9 +196,9 @@ def test_a_member_pulls_often_while_events_arrive_and_seldom_once_none_has(tmp_p
     reached it for ``QUIET_AFTER``, its rounds come every ``QUIET_SYNC_INTERVAL``; an event it
     takes (here its own pulls bring them) brings back a round every ``SYNC_INTERVAL``."""
     holder_id = identity("holder").peer_id
-    feed = Feed("holder", "client")
+    feed, gapped = Feed("holder", "client"), Feed("gapper", "client")
     held = EventIndex()
-    rounds: dict[str, list[float]] = {}
+    rounds: dict[str, list] = {}
 
     async def serve(stream: PeerStream) -> None:
         await serve_pull(stream, held, credentials("holder", "client"))
@@ -228,12 +228,25 @@ def test_a_member_pulls_often_while_events_arrive_and_seldom_once_none_has(tmp_p
                           busy=sorted(gaps(network.opens, busy_from + SYNC_INTERVAL, busy_until)),
                           after=sorted(gaps(network.opens, busy_until + QUIET_AFTER + SYNC_INTERVAL,
                                             trio.current_time())))
+            # quiet, and gossip brings an event whose feed has a gap: the member pulls at once
+            first, second = (gapped.at(EPOCH_MS + int(trio.current_time() * 1000) + i,
+                                       goal(f"Gapped goal {i}", [holder_id], 1)) for i in range(2))
+            held.add_all([first, second])
+            await trio.sleep(SYNC_INTERVAL / 2)  # off the rounds' beat
+            received_at = trio.current_time()
+            watcher.receive(second.to_wire())
+            with trio.move_on_after(SYNC_INTERVAL):
+                while first.id not in watcher.index:
+                    await trio.sleep(0.01)
+            rounds.update(gap=[round(at - received_at, 2) for at, _ in network.opens if at >= received_at][:1],
+                          filled=[first.id in watcher.index])
             nursery.cancel_scope.cancel()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert rounds["quiet"] == [QUIET_SYNC_INTERVAL], rounds
     assert rounds["busy"] == [SYNC_INTERVAL], rounds
     assert rounds["after"] == [QUIET_SYNC_INTERVAL], rounds
+    assert rounds["gap"] == [0.0] and rounds["filled"] == [True], rounds
 
 
 def test_the_rotation_skips_no_peer_while_others_come_and_go() -> None:

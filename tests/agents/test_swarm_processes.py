@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from agents.cli.plan import swarm_command
-from agents.net.liveness import PING_INTERVAL, PING_TIMEOUT
+from agents.net.liveness import PING_INTERVAL, PING_TIMEOUT, QUIET_BEFORE_PING
 from agents.store import EventStore
 from tests.cluster import LocalCluster
 
@@ -210,7 +210,7 @@ def test_a_stall_of_every_member_drops_no_peer_and_the_plan_completes(make_clust
     for _ in range(2):
         for name in names:
             cluster.procs[name].process.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
-        time.sleep(PING_INTERVAL + PING_TIMEOUT + 1)
+        time.sleep(QUIET_BEFORE_PING + PING_TIMEOUT + 1)  # every peer due a ping at the wake
         for name in names:
             cluster.procs[name].process.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
         time.sleep(PING_INTERVAL + 1)
