@@ -80,12 +80,11 @@ def _members_cpu(procs: list[Proc]) -> float:
     return sum(_cpu_seconds(p.process.pid) for p in procs)
 
 
-async def _settled(procs: list[Proc], most_s: float = 120.0) -> float:
+async def _settled(procs: list[Proc], most_s: float = 120.0) -> None:
     """Wait until the members have started and formed their meshes: at least 3 + n/10 s
     (gossip heartbeats of 1 s), and until their CPU over 5 s is under 3/4 of the machine's
     (dozens of processes starting at once saturate two cores for tens of seconds, and a
-    probe sent then measures the start, not gossip), or ``most_s`` has passed. Returns the
-    seconds waited."""
+    probe sent then measures the start, not gossip), or ``most_s`` has passed."""
     began = time.monotonic()
     await trio.sleep(3 + len(procs) / 10)
     cores = os.cpu_count() or 1
@@ -94,7 +93,6 @@ async def _settled(procs: list[Proc], most_s: float = 120.0) -> float:
         await trio.sleep(5)
         if (_members_cpu(procs) - before) / 5 < 0.75 * cores:
             break
-    return time.monotonic() - began
 
 
 async def _publish(procs: list[Proc], cluster: str, count: int, rate: float,

@@ -5,11 +5,12 @@ listing); this is its use by a running host (``p2p.Libp2pNetwork``): it asks a
 peer on connecting, and then, every ``REASK_EVERY``, the connected peer asked longest
 ago if that was at least ``EXCHANGE_INTERVAL`` ago (one ask per interval whatever the
 cluster's size: asking each peer every interval made a member's asks grow with its
-peers, and every ask is a stream, two ticket checks and a listing); it answers a peer at most once in ``ASKS_APART`` (a
-sooner ask is closed unread and counted, not treated as a refusal); and it
-remembers which connected peers showed a ticket of the cluster (*admitted*: the
-only ones it lists) and which broke the protocol or had none (*strangers*: they
-learn nothing, and their connections do not count toward the dial bound).
+peers, and every ask is a stream, two ticket checks and a listing); it answers a peer
+at most once in ``ASKS_APART`` (a sooner ask is closed unread and counted, not treated
+as a refusal); and it remembers which connected peers showed a ticket of the cluster
+(*admitted*: the only ones it lists) and which broke the protocol or had none
+(*strangers*: they learn nothing, and their connections do not count toward the dial
+bound).
 No exception from a conversation reaches py-libp2p: a handler that raised would
 end the connection, or the host.
 """

@@ -7,9 +7,8 @@ longest ago first, skipping any heard from within ``QUIET_BEFORE_PING`` (its lin
 evidently delivers: gossip and sync say so most of the time, and a ping is a stream
 whose negotiation costs both ends more than the ping), each on its own task (one stuck
 check delays no other peer's): a ping on a fresh stream of our own, echoed within
-``PING_TIMEOUT``. Not py-libp2p's
-``PingService``, which opens streams under one lock for all peers and reuses a stream
-whose ping was cancelled, pong unread. The fan-out keeps a member's pings per second
+``PING_TIMEOUT``. Not py-libp2p's ``PingService``, which opens streams under one lock
+for all peers and reuses a stream whose ping was cancelled, pong unread. The fan-out keeps a member's pings per second
 the same at 5 peers and at 50 (pinging every peer every interval, thirty processes
 on two cores spent their time on ping streams and dropped each other); a silent peer
 among ``n`` is checked at least every ceil(n / ``PING_FANOUT``) intervals.
