@@ -2,12 +2,16 @@
 
 A late joiner verifies every event it is sent: 100k events are 100k ed25519
 checks (60-90 us each here) beside the parsing, canonical and id checks of each.
-PyNaCl releases the GIL inside the check, so it runs in worker threads while
-this thread parses the next chunk: a two-stage pipeline with no process to
-start and nothing to pickle. Results come back in the frame's order whatever
-the threads do, so what a member admits never depends on their timing, and the
-caller blocks until the frame is done (no trio checkpoint: a mock clock cannot
-jump meanwhile, which the simulated world relies on).
+The checks run on worker threads while this thread parses the next chunk: a
+two-stage pipeline. Each worker thread hands its chunk's signatures to a child
+process of its own (``agents.verifier``) and waits, holding no GIL, for the
+verdicts: checking them on the thread itself took the GIL back after every
+event, and the parsing thread held it meanwhile, so the checks crawled. A worker
+whose child fails checks its chunk itself (same verdicts). Results come back in
+the frame's order whatever the threads do, so what a member admits never depends
+on their timing, and the caller blocks until the frame is done (no trio
+checkpoint: a mock clock cannot jump meanwhile, which the simulated world relies
+on).
 
 ``FramePipeline`` goes one frame further for a pull: the checks of one frame run
 while this thread stores the frame before it and receives the next, so it
@@ -18,14 +22,29 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from agents.core.events import Event, EventRefused, check_signature, decode_unverified
+import structlog
+
+from agents.core.events import (
+    Event,
+    EventRefused,
+    bad_signature,
+    decode_unverified,
+    signature_bytes,
+)
+from agents.core.identity import public_key_of, verify_raw
+from agents.verifier import Verifier, VerifierGone
+
+log = structlog.get_logger("decoding")
 
 CHUNK = 128  # events handed to a worker at once: large enough to amortise the hand-off
 PARALLEL_FROM = 2 * CHUNK  # smaller frames (gossip-sized, the simulation's) decode inline
 WORKERS = max(1, min(4, os.cpu_count() or 1))  # every core: this thread waits on them more than it works
+# SWARM_VERIFY_PROCESSES=0: no child processes (a sandbox that forbids them; a comparison)
+_USE_PROCESSES = os.environ.get("SWARM_VERIFY_PROCESSES", "1") != "0"
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -33,9 +52,9 @@ _pool_lock = threading.Lock()
 
 def _forget_pool() -> None:
     # a forked child (the simulation's worker processes) inherits the pool but not its
-    # threads: it makes its own
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
+    # threads, nor their verifier processes: it makes its own
+    global _pool, _pool_lock, _local
+    _pool, _pool_lock, _local = None, threading.Lock(), threading.local()
 
 
 os.register_at_fork(after_in_child=_forget_pool)
@@ -49,20 +68,56 @@ def _workers() -> ThreadPoolExecutor:
         return _pool
 
 
-def _verify_chunk(decoded: Sequence[tuple[Event, bytes] | EventRefused]) -> list[Event | EventRefused]:
+def _verify_chunk(decoded: Sequence[tuple[Event, bytes] | EventRefused],
+                  in_child: bool = False) -> list[Event | EventRefused]:
+    """Each item's event if its signature verifies, else its refusal; in order. ``in_child``:
+    the signatures go to this thread's verifier process (worker threads only: a frame small
+    enough to check inline is not worth a round trip, nor the caller a child)."""
     out: list[Event | EventRefused] = []
+    batch: list[tuple[bytes, bytes, bytes]] = []
+    waiting: list[int] = []  # positions in ``out`` whose verdict the batch gives
     for item in decoded:
         if isinstance(item, EventRefused):
             out.append(item)
             continue
         event, message = item
         try:
-            check_signature(event, message)
+            signature = signature_bytes(event)
         except EventRefused as exc:
             out.append(exc)
-        else:
-            out.append(event)
+            continue
+        out.append(event)
+        if len(signature) == 64:
+            waiting.append(len(out) - 1)
+            batch.append((public_key_of(event.author), message, signature))
+        else:  # what identity.verify says of any other length (ValueError inside PyNaCl)
+            out[-1] = bad_signature(event)
+    verdicts = _checked(batch) if in_child else [verify_raw(*item) for item in batch]
+    for at, valid in zip(waiting, verdicts, strict=True):
+        if not valid:
+            out[at] = bad_signature(out[at])  # type: ignore[arg-type]
     return out
+
+
+_local = threading.local()
+RETRY_AFTER = 30.0  # seconds a worker thread whose verifier failed checks signatures itself
+
+
+def _checked(batch: list[tuple[bytes, bytes, bytes]]) -> list[bool]:
+    """The batch's verdicts from this thread's verifier process, or from this thread while it
+    has none: ``SWARM_VERIFY_PROCESSES=0``, or for ``RETRY_AFTER`` after one failed (a child
+    killed for memory, no process to spare). The verdicts are the same either way."""
+    verifier = getattr(_local, "verifier", None)
+    if verifier is None and _USE_PROCESSES and time.monotonic() >= getattr(_local, "retry_at", 0.0):
+        verifier = _local.verifier = Verifier()
+    if verifier is not None:
+        try:
+            return verifier.check(batch)
+        except VerifierGone as exc:
+            _local.verifier, _local.retry_at = None, time.monotonic() + RETRY_AFTER
+            log.warning("signature checks fall back to this process", reason=str(exc)[:200],
+                        retry_after_s=RETRY_AFTER)
+    return [verify_raw(key, message, signature) for key, message, signature in batch]
 
 
 def _unverified(raw: bytes) -> tuple[Event, bytes] | EventRefused:
@@ -86,7 +141,7 @@ class _Submitted:
         self._done = None
         pool = _workers()
         self._chunks: list[Future[list[Event | EventRefused]]] = [
-            pool.submit(_verify_chunk, [_unverified(raw) for raw in raws[start:start + CHUNK]])
+            pool.submit(_verify_chunk, [_unverified(raw) for raw in raws[start:start + CHUNK]], True)
             for start in range(0, len(raws), CHUNK)
         ]
 

@@ -495,11 +495,18 @@ def _with_id_and_sig(unsigned: bytes, event_id: str, sig: str) -> bytes:
 def check_signature(event: Event, message: bytes) -> None:
     """Raise EventRefused unless ``event.sig`` is its author's signature over ``message``
     (from ``decode_unverified``)."""
+    if not verify(event.author, message, signature_bytes(event)):
+        raise bad_signature(event)
+
+
+def signature_bytes(event: Event) -> bytes:
+    """The event's signature decoded; EventRefused when ``sig`` is not base64."""
     try:
-        signature = base64.b64decode(event.sig, validate=True)
+        return base64.b64decode(event.sig, validate=True)
     except (binascii.Error, ValueError):
         raise EventRefused("signature", "sig is not base64", event.id[:16]) from None
-    if not verify(event.author, message, signature):
-        raise EventRefused(
-            "signature", f"signature does not verify against author {event.author}", event.id[:16]
-        )
+
+
+def bad_signature(event: Event) -> EventRefused:
+    """The refusal of an event whose signature does not verify against its author."""
+    return EventRefused("signature", f"signature does not verify against author {event.author}", event.id[:16])
