@@ -35,7 +35,7 @@ from agents.core.events import (
     decode_unverified,
     signature_bytes,
 )
-from agents.core.identity import public_key_of, verify_raw
+from agents.core.identity import public_key_of, verify, verify_raw
 from agents.verifier import Verifier, VerifierGone
 
 log = structlog.get_logger("decoding")
@@ -86,14 +86,16 @@ def _verify_chunk(decoded: Sequence[tuple[Event, bytes] | EventRefused],
         except EventRefused as exc:
             out.append(exc)
             continue
+        if not in_child:  # inline: the author's key is cached, no batch to build
+            out.append(event if verify(event.author, message, signature) else bad_signature(event))
+            continue
         out.append(event)
         if len(signature) == 64:
             waiting.append(len(out) - 1)
             batch.append((public_key_of(event.author), message, signature))
         else:  # what identity.verify says of any other length (ValueError inside PyNaCl)
             out[-1] = bad_signature(event)
-    verdicts = _checked(batch) if in_child else [verify_raw(*item) for item in batch]
-    for at, valid in zip(waiting, verdicts, strict=True):
+    for at, valid in zip(waiting, _checked(batch), strict=True):
         if not valid:
             out[at] = bad_signature(out[at])  # type: ignore[arg-type]
     return out

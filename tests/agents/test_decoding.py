@@ -95,3 +95,12 @@ def test_a_pipeline_gives_each_frame_decoded_in_order_one_frame_later() -> None:
 
 def _rule(item: Event | EventRefused) -> Event | str:
     return item.rule if isinstance(item, EventRefused) else item
+
+
+def test_a_small_frame_checked_inline_refuses_a_forged_signature_like_decode_event() -> None:
+    feed = Feed("writer", "client")
+    raws = [feed.at(1_000 + i, goal(f"Goal {i}", [feed.peer_id], 1)).to_wire() for i in range(5)]
+    raws[2] = raws[2].replace(decode_event(raws[2]).sig.encode(), base64.b64encode(bytes(64)))
+    assert len(raws) < PARALLEL_FROM
+    got = [item.rule if isinstance(item, EventRefused) else item for item in decode_frame(raws)]
+    assert got == [_outcome(raw) for raw in raws] and got[2] == "signature"
