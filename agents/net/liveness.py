@@ -6,22 +6,31 @@ TCP waits, streams hang, and the peer stays "connected" for minutes. So every
 longest ago first, skipping any heard from within ``QUIET_BEFORE_PING`` (its link
 evidently delivers: gossip and sync say so most of the time, and a ping is a stream
 whose negotiation costs both ends more than the ping), each on its own task (one stuck
-check delays no other peer's): a ping on a fresh stream of our own, echoed within
-``PING_TIMEOUT``. Not py-libp2p's ``PingService``, which opens streams under one lock
-for all peers and reuses a stream whose ping was cancelled, pong unread. The fan-out keeps a member's pings per second
-the same at 5 peers and at 50 (pinging every peer every interval, thirty processes
-on two cores spent their time on ping streams and dropped each other); a silent peer
-among ``n`` is checked at least every ceil(n / ``PING_FANOUT``) intervals.
+check delays no other peer's): a ping on a fresh stream of our own, echoed within a
+deadline that follows what answers take on this machine now (``RoundTrips``). Not
+py-libp2p's ``PingService``, which opens streams under one lock for all peers and
+reuses a stream whose ping was cancelled, pong unread. The fan-out keeps a member's
+pings per second the same at 5 peers and at 50 (pinging every peer every interval,
+thirty processes on two cores spent their time on ping streams and dropped each other);
+a silent peer among ``n`` is checked at least every ceil(n / ``PING_FANOUT``) intervals.
 
 A peer is dropped only on evidence that its link delivers nothing:
 
-* two pings in a row missed, because one can be lost to a moment's congestion (two
-  that both fail at once found the connection gone or broken: it is closed and
-  redialled, but that is no verdict on the peer, and is logged as such);
+* two pings in a row missed, because one can be lost to a moment's congestion, the
+  second given twice the first's time (TCP's back-off: a miss is no sample of how long
+  an answer takes, so the deadline grows without one); each deadline is TCP's
+  retransmission timeout (RFC 6298: the smoothed round trip of the answered pings plus
+  four times its variation), never under ``PING_TIMEOUT`` nor over
+  ``MAX_PING_TIMEOUT``. Thirty members starved on two cores answer live pings in
+  seconds; a fixed 4 s dropped live peers by the hundred, and every redial (a Noise
+  handshake, identify, the pubsub hello) starved them further. Two that both fail at
+  once found the connection gone or broken: it is closed and redialled, but that is no
+  verdict on the peer, and is logged as such;
 * neither spanning a stall of this process (``StallWatch``): every member of a starved
   machine stalls together and wakes with every deadline past, pongs unread;
-* and nothing else heard from the peer since the first ping began (``heard``: a stream
-  it opened to us, one we opened to it, a gossip message it forwarded). A peer that is
+* and nothing else heard from the peer since the first ping began (``heard``: any frame
+  read on its connection, which the adapter reports; a stream it opened to us, one we
+  opened to it, a gossip message it forwarded). A peer that is
   slow to answer pings while it catches up after a stall is still talking to us; a
   blackholed one is not.
 """
@@ -41,10 +50,32 @@ from agents.net.streams import reset
 log = structlog.get_logger("swarm.net")
 
 PING_INTERVAL = 2.0
-PING_TIMEOUT = 4.0
+PING_TIMEOUT = 4.0  # the least a ping is given, and all it is given before any is answered
+MAX_PING_TIMEOUT = 30.0  # the most: a blackholed peer is dropped within 2x this of its check
 PING_BYTES = 32  # the ping protocol's payload: the peer echoes it
 PING_FANOUT = 4  # peers checked per PING_INTERVAL, whatever the cluster's size
 QUIET_BEFORE_PING = 5 * PING_INTERVAL  # a peer heard from this recently is not checked
+
+
+class RoundTrips:
+    """How long answered pings take, any peer's (the machine's load shows in all of them):
+    RFC 6298's estimator, and the deadline it gives the next ping."""
+
+    def __init__(self) -> None:
+        self.smoothed: float | None = None
+        self.variation = 0.0
+
+    def answered(self, seconds: float) -> None:
+        if self.smoothed is None:
+            self.smoothed, self.variation = seconds, seconds / 2
+        else:
+            self.variation = 0.75 * self.variation + 0.25 * abs(self.smoothed - seconds)
+            self.smoothed = 0.875 * self.smoothed + 0.125 * seconds
+
+    def timeout(self, misses: int = 0) -> float:
+        """The deadline of a ping that follows ``misses`` missed ones of the same check."""
+        base = PING_TIMEOUT if self.smoothed is None else self.smoothed + 4 * self.variation
+        return min(MAX_PING_TIMEOUT, max(PING_TIMEOUT, base) * 2 ** misses)
 
 
 class Liveness:
@@ -59,6 +90,7 @@ class Liveness:
         self._heard: dict[str, float] = {}  # peer -> trio time we last heard from it
         self._checked: dict[str, float] = {}  # peer -> trio time its latest check began
         self.stalls = StallWatch()
+        self.round_trips = RoundTrips()
         self.kept = 0  # checks that missed twice but had heard from the peer meanwhile
 
     def heard(self, peer: str) -> None:
@@ -87,15 +119,19 @@ class Liveness:
         try:
             began = trio.current_time()
             failed_at_once = 0
-            for _ in range(2):
+            deadlines = []
+            for misses in range(2):
                 started = trio.current_time()
-                if await self._ping(peer, nursery):
+                deadlines.append(timeout := self.round_trips.timeout(misses))
+                if await self._ping(peer, nursery, timeout):
+                    # each ping its own stream and payload: an answer times that ping alone
+                    self.round_trips.answered(trio.current_time() - started)
                     self.heard(peer)
                     return
                 if self.stalls.stalled_since(started):  # our silence, not the peer's: ask again later
                     log.info("ping missed while this process stalled; not counted", peer=peer)
                     return
-                if trio.current_time() - started < PING_TIMEOUT:
+                if trio.current_time() - started < timeout:
                     failed_at_once += 1  # no connection, or a broken one (reset, closed)
             if self._heard.get(peer, float("-inf")) > began:
                 self.kept += 1
@@ -105,14 +141,15 @@ class Liveness:
                 # not the silence of a blackholed link: close what is left, it is redialled
                 log.info("pings failed at once: the connection is broken; closing it", peer=peer)
             else:
-                log.warning("peer unresponsive; disconnecting", peer=peer, misses=2)
+                log.warning("peer unresponsive; disconnecting", peer=peer, misses=2,
+                            waited_s=[round(deadline, 1) for deadline in deadlines])
             self._drop(peer)
         finally:
             self._checking.discard(peer)
 
-    async def _ping(self, peer: str, nursery: trio.Nursery) -> bool:
-        """One ping on a fresh stream: whether the peer echoed our bytes within ``PING_TIMEOUT``."""
-        with trio.move_on_after(PING_TIMEOUT):
+    async def _ping(self, peer: str, nursery: trio.Nursery, timeout: float) -> bool:
+        """One ping on a fresh stream: whether the peer echoed our bytes within ``timeout``."""
+        with trio.move_on_after(timeout):
             try:
                 stream = await self._open_ping(peer)
             except StreamClosed as exc:

@@ -56,10 +56,13 @@ from agents.net.exchanging import EXCHANGE_INTERVAL, PeerExchanges
 from agents.net.gossip_router import Router
 from agents.net.liveness import Liveness
 from agents.net.peer_book import PeerBook, listed_addresses, resolved
-from agents.net.streams import CLOSE_TIMEOUT, Libp2pStream, Opening, reset, sever
+from agents.net.streams import CLOSE_TIMEOUT, Libp2pStream, Opening, hear_frames, reset, sever
+from agents.net.yamux_credit import credit_half_a_window
 from agents.syncproto import PROTOCOL as SYNC_PROTOCOL_ID
 
 log = structlog.get_logger("swarm.net")
+
+credit_half_a_window()  # not a WINDOW_UPDATE frame per read (yamux_credit.py)
 adopt_libp2p()  # importing libp2p detached its logger from ours
 peer_records.install()  # each peer's signed record checked once, not per gossip RPC
 
@@ -378,6 +381,7 @@ class Libp2pNetwork:
         last_probe = trio.current_time()
         while True:
             connected = set(self.connected_peers())
+            self._hear_connections(connected)
             for peer in connected - self._known_connected:
                 self._conn_send.send_nowait(peer)
                 self._ask_soon(peer)
@@ -399,6 +403,15 @@ class Libp2pNetwork:
                 if again is not None:
                     self._ask_soon(again)
             await trio.sleep(DIAL_INTERVAL)
+
+    def _hear_connections(self, connected: set[str]) -> None:
+        """Every frame read on a connection counts as hearing from its peer (``hear_frames``):
+        a peer whose frames keep coming is never pinged, let alone dropped, however slowly a
+        starved machine answers pings. A connection is hooked within ``DIAL_INTERVAL``."""
+        network = self.host.get_network()
+        for peer in connected:
+            for connection in network.get_connections(ID.from_base58(peer)):
+                hear_frames(connection, lambda peer=peer: self.liveness.heard(peer))
 
     async def _dial(self, info: PeerInfo) -> None:
         peer = str(info.peer_id)

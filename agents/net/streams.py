@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+from collections.abc import Callable
 
 import trio
 
@@ -70,6 +71,28 @@ async def reset(stream) -> None:
     """Reset a py-libp2p stream, giving up after ``CLOSE_TIMEOUT`` (the muxer has it then)."""
     with trio.move_on_after(CLOSE_TIMEOUT), contextlib.suppress(Exception):
         await stream.reset()
+
+
+def hear_frames(connection, heard: Callable[[], None]) -> bool:
+    """Have each read of ``connection``'s secure session call ``heard``: every muxer frame
+    the peer sends (gossip, its control messages, the answers to the muxer's own pings every
+    30 s) is evidence that the link delivers, and costs nothing to notice; a ping stream
+    costs both ends a negotiation. Once per connection (False when already done, or for a
+    shape other than py-libp2p 0.8.1's SwarmConn > Yamux > SecureSession)."""
+    secured = getattr(getattr(connection, "muxed_conn", None), "secured_conn", None)
+    read = getattr(secured, "read", None)
+    if read is None or getattr(secured, "_hears", False):
+        return False
+
+    async def read_and_hear(n: int | None = None) -> bytes:
+        data = await read(n)
+        if data:
+            heard()
+        return data
+
+    secured.read = read_and_hear  # type: ignore[union-attr]
+    secured._hears = True  # type: ignore[union-attr]
+    return True
 
 
 def sever(connection) -> None:

@@ -9,7 +9,11 @@ fail, and one left behind too long has the peer's connections dropped.
 
 from __future__ import annotations
 
+import contextlib
+
 import trio
+from libp2p.custom_types import TProtocol
+from libp2p.peer.id import ID
 
 from agents.net import p2p
 from agents.net.base import StreamClosed
@@ -62,4 +66,76 @@ async def test_an_open_that_py_libp2p_shields_from_cancellation_returns_at_the_d
         assert dropped == [peer], "an open left behind past twice the deadline did not drop the peer"
         await open_once()  # the abandoned open has returned: the peer is tried again
         assert "released" in answers[-1][1] and calls == 2, answers
+        nursery.cancel_scope.cancel()
+
+
+async def test_every_frame_a_peer_sends_counts_as_hearing_from_it() -> None:
+    """Liveness pings a peer only when nothing came from it lately; a ping is a stream both ends
+    negotiate. Every muxer frame is such evidence, and free: here the only frames are a stream
+    opened for a protocol nobody serves (no handler runs, no gossip is validated), and they
+    are heard; a starved cluster dropped live peers whose frames kept coming."""
+    listener = p2p.Libp2pNetwork(identity("listener"), "frames", listen=["/ip4/127.0.0.1/tcp/0"], mdns=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(listener.run)
+        address = f"{listener.addresses()[0]}/p2p/{listener.peer_id}"
+        dialler = p2p.Libp2pNetwork(identity("dialler"), "frames", listen=["/ip4/127.0.0.1/tcp/0"],
+                                    bootstrap=[address], mdns=False)
+        await nursery.start(dialler.run)
+        with trio.fail_after(30):
+            while dialler.peer_id not in listener.connected_peers():
+                await trio.sleep(0.1)
+        await trio.sleep(p2p.DIAL_INTERVAL + 0.5)  # the listener's dial loop has hooked the connection
+        listener.liveness._heard.clear()
+        before = trio.current_time()
+        with contextlib.suppress(Exception):  # refused: the listener serves no such protocol
+            await dialler.host.new_stream(ID.from_base58(listener.peer_id), [TProtocol("/nobody/1.0.0")])
+        assert listener.liveness._heard.get(dialler.peer_id, float("-inf")) >= before
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_reader_gives_the_sender_credit_half_a_window_at_a_time_not_per_read() -> None:
+    """py-libp2p's yamux sent a WINDOW_UPDATE frame for every read, by default: one more frame
+    encrypted, sent, received and decrypted for each small message. Two hundred small frames
+    now cost no update at all (half a window is 128 KiB), and all arrive (``yamux_credit``);
+    a frame of four windows still flows, credited as it is read."""
+    listener = p2p.Libp2pNetwork(identity("listener"), "credit", listen=["/ip4/127.0.0.1/tcp/0"], mdns=False)
+    received: list[bytes] = []
+
+    async def handler(stream) -> None:
+        while len(received) < 201:
+            received.append(await stream.receive())
+
+    listener.serve(handler)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(listener.run)
+        address = f"{listener.addresses()[0]}/p2p/{listener.peer_id}"
+        dialler = p2p.Libp2pNetwork(identity("dialler"), "credit", listen=["/ip4/127.0.0.1/tcp/0"],
+                                    bootstrap=[address], mdns=False)
+        await nursery.start(dialler.run)
+        with trio.fail_after(30):
+            while dialler.peer_id not in listener.connected_peers():
+                await trio.sleep(0.1)
+        updates: list[bytes] = []
+        for connection in listener.host.get_network().get_connections(ID.from_base58(dialler.peer_id)):
+            muxer = connection.muxed_conn
+            write = muxer._write_frame
+
+            async def counted(frame: bytes, write=write) -> None:
+                if frame[1] == 0x1:  # yamux header: version, type (1: window update), ...
+                    updates.append(frame)
+                await write(frame)
+            muxer._write_frame = counted
+        stream = await dialler.open_stream(listener.peer_id)
+        for i in range(200):
+            await stream.send(b"m" * 100 + str(i).encode())
+        with trio.fail_after(30):
+            while len(received) < 200:
+                await trio.sleep(0.05)
+        assert received[-1] == b"m" * 100 + b"199"
+        assert len(updates) <= 2, f"{len(updates)} window updates for 200 small frames"
+        await stream.send(big := bytes(range(256)) * 4096)  # 1 MiB: four windows, credited as read
+        with trio.fail_after(30):
+            while len(received) < 201:
+                await trio.sleep(0.05)
+        assert received[-1] == big and len(updates) >= 4, len(updates)
         nursery.cancel_scope.cancel()
