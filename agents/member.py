@@ -175,6 +175,8 @@ class Member(MemberSync):
         self._wedged: set[str] = set()  # peers whose pull outlived every deadline
         self._pull_after = b""  # the rotation's key of the last peer pulled from
         self._ring_keys: dict[str, bytes] = {}  # peer -> its key in this member's rotation
+        self._pull_wanted: set[str] = set()  # peers whose status says they hold more: pulled next
+        self._asked_pull: dict[str, float] = {}  # peer -> trio time its status last asked for a pull
         self.news_at = float("-inf")  # trio time this member last stored an event new to it
         self._model_busy = False
         self._model_down_until = 0.0  # trio time before which no model work starts (it was unreachable)

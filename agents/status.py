@@ -22,6 +22,7 @@ import binascii
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -145,7 +146,8 @@ class StatusBoard:
     """The newest believed status of each peer, and when it arrived (``clock``: this
     process's monotonic seconds; ``wall``: its wall ms, to judge freshness)."""
 
-    def __init__(self, gate: Gate, clock=time.monotonic, wall=lambda: int(time.time() * 1000)) -> None:
+    def __init__(self, gate: Gate, clock=time.monotonic, wall=lambda: int(time.time() * 1000),
+                 on_status: Callable[[Status], None] | None = None) -> None:
         # a gate of its own: its ticket cache is not the event intake's, so sybil statuses
         # cannot push honest authors' verdicts out of the cache the plan depends on
         self.gate = Gate(gate.cluster, gate.authority)
@@ -154,6 +156,7 @@ class StatusBoard:
         self.latest: dict[str, tuple[Status, float]] = {}
         self.refused: dict[str, int] = {}  # by rule
         self.changed = trio.Event()
+        self.on_status = on_status  # told of each believed status (a member: does the peer hold more?)
 
     def _refuse(self, rule: str) -> bool:
         self.refused[rule] = self.refused.get(rule, 0) + 1
@@ -179,6 +182,8 @@ class StatusBoard:
 
     def note(self, status: Status) -> None:
         self.latest[status.peer] = (status, self.clock())
+        if self.on_status is not None:
+            self.on_status(status)
         self.changed.set()
         self.changed = trio.Event()
 

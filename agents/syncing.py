@@ -12,6 +12,10 @@ conversation may run, apart from what the member does with events once they are 
   ``QUIET_SYNC_INTERVAL``: an idle member's pulls are most of what it costs, and find
   nothing. Anything new (gossip, a pull, its own event) brings the short interval back, a
   gap in a feed still pulls at once, and so does a new connection (a heal);
+* a peer whose status says it holds more events than this member does is pulled from at
+  once (``peer_holds``): a member left behind when the plan went quiet (its gossip lost
+  to a starved machine) learns so from the next heartbeat, not from the slow rotation.
+  A status may lie; the liar buys one pull from itself per ``SYNC_INTERVAL``;
 * at most ``MAX_SERVING`` streams are served at once.
 """
 
@@ -39,7 +43,8 @@ MAX_SERVING = 16  # sync streams served at once: each may hold one frame in reas
 
 class MemberSync:
     """Sync for ``Member``: see the module's docstring. Its state (``_pulling``, ``_pull_done``,
-    ``_sync_rounds``, ``_wedged``, ``_pull_after``, ``_ring_keys``, ``news_at``) is set by ``Member.__init__``."""
+    ``_sync_rounds``, ``_wedged``, ``_pull_after``, ``_ring_keys``, ``news_at``, ``_pull_wanted``,
+    ``_asked_pull``) is set by ``Member.__init__``."""
 
     async def _serve(self, stream: PeerStream) -> None:
         if self._serving >= MAX_SERVING:  # what peers can make us buffer stays bounded
@@ -76,6 +81,17 @@ class MemberSync:
             self._serving -= 1
             self.stats.sync_bytes_in += metered.received
             self.stats.sync_bytes_out += metered.sent
+
+    def peer_holds(self, peer: str, events: int) -> None:
+        """``peer`` says (a believed status) that it holds ``events`` events: if that is more
+        than this member holds, it lacks some of them; pull from that peer at the next wake."""
+        now = trio.current_time()
+        if events > len(self.index) and now - self._asked_pull.get(peer, float("-inf")) >= SYNC_INTERVAL:
+            if len(self._asked_pull) > 4096:  # peers come and go: keep the memo bounded
+                self._asked_pull.clear()
+            self._asked_pull[peer] = now
+            self._pull_wanted.add(peer)
+            self.sync_now.set()
 
     async def pull_from(self, peer: str) -> int:
         """Pull what ``peer`` has and we lack. Returns how many new events we stored.
@@ -244,7 +260,11 @@ class MemberSync:
             last_round = now
             self.sync_now = trio.Event()
             self.stats.sync_rounds += 1
-            for peer in self._next_pulls(self.network.connected_peers()):
+            connected = self.network.connected_peers()
+            wanted, self._pull_wanted = self._pull_wanted, set()
+            # a peer known to hold more first; the rotation when none is
+            ahead = sorted(peer for peer in wanted.intersection(connected) if peer not in self._pulling)
+            for peer in ahead[:SYNC_FANOUT] or self._next_pulls(connected):
                 self._start_pull(nursery, peer)
 
     def _next_pulls(self, connected: list[str]) -> list[str]:

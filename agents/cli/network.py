@@ -92,7 +92,7 @@ def _member(creds: Credentials, store: EventStore, network, data_dir: Path, **kw
     member = Member(creds, store, network, transitions_path=data_dir / "transitions.jsonl",
                      feed_head_path=data_dir / "feed.head", **kwargs)
     network.validator = member.screen
-    board = StatusBoard(creds.gate)
+    board = StatusBoard(creds.gate, on_status=lambda status: member.peer_holds(status.peer, status.events))
     network.status_validator = board.screen
     return member, board
 

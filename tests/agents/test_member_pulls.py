@@ -191,6 +191,63 @@ def test_a_member_pulls_from_a_few_peers_a_round_and_reaches_every_peer(tmp_path
     assert first_turn == set(peers)
 
 
+def test_a_quiet_member_pulls_at_once_from_a_peer_whose_status_says_it_holds_more(tmp_path: Path) -> None:
+    """Twenty peers, no gossip, the watcher quiet (rounds ``QUIET_SYNC_INTERVAL`` apart): a
+    member left behind when a plan went quiet waited for the rotation to reach the one peer
+    holding what it lacked (at thirty members in containers, past the test's two minutes).
+    A status saying that peer holds more brings a pull from it at once; one saying it holds
+    no more brings none; a peer repeating itself gets at most one pull per ``SYNC_INTERVAL``."""
+    names = [f"peer-{i}" for i in range(20)]
+    peers = [identity(name).peer_id for name in names]
+    feed = Feed("holder", "client")
+    held = EventIndex()
+    outcome: dict[str, object] = {}
+
+    def now_ms() -> int:
+        return EPOCH_MS + int(trio.current_time() * 1000)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            fabric = SimFabric(random.Random(0), nursery)
+            fabric.weather.loss = 1.0  # no gossip at all: only pulls carry events
+            network = CountingNetwork(fabric, identity("watcher").peer_id)
+            watcher = Member(credentials("watcher", "observer"), EventStore.open(tmp_path / "watcher"), network,
+                             think_in_thread=False, now_ms=now_ms)
+            network.attach(nursery)
+            await nursery.start(watcher.run)
+            fabric.bring_up(network)
+            for name, peer in zip(names, peers, strict=True):
+                endpoint = fabric.endpoint(peer)
+                endpoint.serve(lambda stream, name=name: serve_pull(
+                    stream, held if name == names[-1] else EventIndex(), credentials(name, "client")))
+                endpoint.attach(nursery)
+                fabric.bring_up(endpoint)
+            await trio.sleep(QUIET_AFTER + 2 * QUIET_SYNC_INTERVAL)
+            # the rotation's next peers, so that the holder is the last one it would reach
+            order = watcher._next_pulls(network.connected_peers())
+            assert peers[-1] not in order
+            held.add_all([feed.at(now_ms(), goal("Plan a two-week trip to Japan", [peers[-1]], 1))])
+            await trio.sleep(QUIET_SYNC_INTERVAL / 2)  # off the rounds' beat
+            told = trio.current_time()
+            watcher.peer_holds(peers[3], len(watcher.index))  # no more than the watcher: nothing
+            await trio.sleep(SYNC_INTERVAL / 10)
+            outcome["after_equal"] = [peer for at, peer in network.opens if at >= told]
+            told = trio.current_time()
+            for _ in range(3):  # a holder repeating its status
+                watcher.peer_holds(peers[-1], len(watcher.index) + 1)
+            with trio.move_on_after(SYNC_INTERVAL):
+                while len(watcher.index) == 0:
+                    await trio.sleep(0.01)
+            outcome["arrived_after"] = trio.current_time() - told
+            outcome["opens"] = [peer for at, peer in network.opens if at >= told]
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert outcome["after_equal"] == [], outcome
+    assert outcome["arrived_after"] < SYNC_INTERVAL / 10, outcome  # at once, not a quiet round later
+    assert outcome["opens"] == [peers[-1]], outcome  # that peer alone, once
+
+
 def test_a_member_pulls_often_while_events_arrive_and_seldom_once_none_has(tmp_path: Path) -> None:
     """An idle member's pulls find nothing and were most of what it cost: once nothing new has
     reached it for ``QUIET_AFTER``, its rounds come every ``QUIET_SYNC_INTERVAL``; an event it

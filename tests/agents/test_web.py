@@ -67,7 +67,8 @@ def test_a_status_is_believed_only_from_an_admitted_peer_about_itself(tmp_path) 
     assert read_status(raw, gate).doing == "score"
 
     clock = [0.0]
-    board = StatusBoard(gate, clock=lambda: clock[0], wall=lambda: wall[0])
+    heard: list = []  # what the board tells its member (whether a peer holds more events)
+    board = StatusBoard(gate, clock=lambda: clock[0], wall=lambda: wall[0], on_status=heard.append)
     assert board.screen(raw)
     assert not board.screen(raw), "a replay is not news and is not forwarded"
     assert not board.screen(sign_status(creds, _status_record(creds, wall[0] + 100))), "too soon after the last"
@@ -92,6 +93,7 @@ def test_a_status_is_believed_only_from_an_admitted_peer_about_itself(tmp_path) 
     assert not board.members()[0]["alive"], "a member silent for longer than the bound is unreachable"
     assert board.screen(sign_status(creds, _status_record(creds, wall[0] + 2000)))
     assert board.members()[0]["alive"] and board.members()[0]["doing"] == "idle"
+    assert [status.doing for status in heard] == ["score", "idle"], "only believed statuses are passed on"
 
 
 def test_heartbeats_slow_down_as_the_cluster_grows_and_so_does_the_silence_allowed(tmp_path) -> None:
