@@ -15,7 +15,9 @@ conversation may run, apart from what the member does with events once they are 
 * a peer whose status says it holds more events than this member does is pulled from at
   once (``peer_holds``): a member left behind when the plan went quiet (its gossip lost
   to a starved machine) learns so from the next heartbeat, not from the slow rotation.
-  A status may lie; the liar buys one pull from itself per ``SYNC_INTERVAL``;
+  Such peers take at most ``SYNC_FANOUT - 1`` places of a round, the rotation the rest:
+  a status may lie, and a liar buys no more than a pull from itself per ``SYNC_INTERVAL``
+  (one place in a round, and a round every ``SYNC_INTERVAL`` while the member is quiet);
 * at most ``MAX_SERVING`` streams are served at once.
 """
 
@@ -86,7 +88,8 @@ class MemberSync:
         """``peer`` says (a believed status) that it holds ``events`` events: if that is more
         than this member holds, it lacks some of them; pull from that peer at the next wake."""
         now = trio.current_time()
-        if events > len(self.index) and now - self._asked_pull.get(peer, float("-inf")) >= SYNC_INTERVAL:
+        if events > len(self.index) and now - self._asked_pull.get(peer, float("-inf")) >= SYNC_INTERVAL \
+                and peer in self.network.connected_peers():
             if len(self._asked_pull) > 4096:  # peers come and go: keep the memo bounded
                 self._asked_pull.clear()
             self._asked_pull[peer] = now
@@ -253,27 +256,34 @@ class MemberSync:
                 await self.sync_now.wait()
             self._drop_wedged_pulls()  # every SYNC_INTERVAL, quiet or not
             now = trio.current_time()
-            # a muted member (its store behind its own feed) waits for its own events: not quiet
+            # a muted member (its store behind its own feed) waits for its own events, and one
+            # with peers still to pull from for holding more: neither is quiet
             if wait.cancelled_caught and now - self.news_at > QUIET_AFTER and not self.mute \
-                    and now - last_round < QUIET_SYNC_INTERVAL:
+                    and not self._pull_wanted and now - last_round < QUIET_SYNC_INTERVAL:
                 continue  # quiet: nothing to look for yet
             last_round = now
             self.sync_now = trio.Event()
             self.stats.sync_rounds += 1
             connected = self.network.connected_peers()
-            wanted, self._pull_wanted = self._pull_wanted, set()
-            # a peer known to hold more first; the rotation when none is
-            ahead = sorted(peer for peer in wanted.intersection(connected) if peer not in self._pulling)
-            for peer in ahead[:SYNC_FANOUT] or self._next_pulls(connected):
+            # peers known to hold more first, but never every slot: a status may lie, and
+            # the rotation must still reach every peer
+            ahead = sorted(peer for peer in self._pull_wanted.intersection(connected) if peer not in self._pulling)
+            ahead = ahead[:SYNC_FANOUT - 1]
+            self._pull_wanted.difference_update(ahead)  # the rest wait for the next round
+            self._pull_wanted.intersection_update(connected)
+            for peer in ahead:
+                self._start_pull(nursery, peer)
+            for peer in self._next_pulls(connected, SYNC_FANOUT - len(ahead)):
                 self._start_pull(nursery, peer)
 
-    def _next_pulls(self, connected: list[str]) -> list[str]:
-        """The next ``SYNC_FANOUT`` peers with no pull running, in a rotation over the connected
+    def _next_pulls(self, connected: list[str], count: int = SYNC_FANOUT) -> list[str]:
+        """The next ``count`` peers with no pull running, in a rotation over the connected
         peers that every member orders its own way (by a hash of its id and theirs), so that
         no peer is everyone's first choice. The rotation goes on from the last peer chosen,
         by its key, not by a position: peers joining or leaving make it skip nobody. Every
-        connected peer is reached within ceil(peers / SYNC_FANOUT) rounds; no random source,
-        no arrival order."""
+        connected peer is reached within ceil(peers / SYNC_FANOUT) rounds (within ``peers``
+        rounds while statuses take places: see ``peer_holds``); no random source, no
+        arrival order."""
         ring = sorted((self._ring_key(peer), peer) for peer in connected)
         start = bisect.bisect_right([key for key, _ in ring], self._pull_after)
         chosen: list[str] = []
@@ -281,7 +291,7 @@ class MemberSync:
             if peer not in self._pulling:
                 chosen.append(peer)
                 self._pull_after = key
-                if len(chosen) == SYNC_FANOUT:
+                if len(chosen) == count:
                     break
         return chosen
 

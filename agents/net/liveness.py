@@ -17,11 +17,11 @@ a silent peer among ``n`` is checked at least every ceil(n / ``PING_FANOUT``) in
 A peer is dropped only on evidence that its link delivers nothing:
 
 * two pings in a row missed, because one can be lost to a moment's congestion, the
-  second given twice the first's time (TCP's back-off: a miss is no sample of how long
-  an answer takes, so the deadline grows without one); each deadline is TCP's
-  retransmission timeout (RFC 6298: the smoothed round trip of the answered pings plus
-  four times its variation), never under ``PING_TIMEOUT`` nor over
-  ``MAX_PING_TIMEOUT``. Thirty members starved on two cores answer live pings in
+  second given twice the first's time, up to the cap (TCP's back-off: a miss is no
+  sample of how long an answer takes, so the deadline grows without one); the first is
+  TCP's retransmission timeout (RFC 6298: the smoothed round trip of that peer's
+  answered pings plus four times its variation), never under ``PING_TIMEOUT`` nor
+  over ``MAX_PING_TIMEOUT``. Thirty members starved on two cores answer live pings in
   seconds; a fixed 4 s dropped live peers by the hundred, and every redial (a Noise
   handshake, identify, the pubsub hello) starved them further. Two that both fail at
   once found the connection gone or broken: it is closed and redialled, but that is no
@@ -58,8 +58,9 @@ QUIET_BEFORE_PING = 5 * PING_INTERVAL  # a peer heard from this recently is not 
 
 
 class RoundTrips:
-    """How long answered pings take, any peer's (the machine's load shows in all of them):
-    RFC 6298's estimator, and the deadline it gives the next ping."""
+    """How long one peer's answered pings take: RFC 6298's estimator, and the deadline it
+    gives the next ping. Per peer, as TCP keeps one per connection: one shared by all
+    would let a single slow (or hostile) peer stretch every peer's deadline to the cap."""
 
     def __init__(self) -> None:
         self.smoothed: float | None = None
@@ -90,7 +91,7 @@ class Liveness:
         self._heard: dict[str, float] = {}  # peer -> trio time we last heard from it
         self._checked: dict[str, float] = {}  # peer -> trio time its latest check began
         self.stalls = StallWatch()
-        self.round_trips = RoundTrips()
+        self.round_trips: dict[str, RoundTrips] = {}  # per peer, as TCP's per connection
         self.kept = 0  # checks that missed twice but had heard from the peer meanwhile
 
     def heard(self, peer: str) -> None:
@@ -104,7 +105,7 @@ class Liveness:
             now = trio.current_time()
             never = float("-inf")
             connected = set(self._connected())
-            for seen in (self._heard, self._checked):  # bounded by the peers connected now
+            for seen in (self._heard, self._checked, self.round_trips):  # bounded by the peers connected now
                 for gone in seen.keys() - connected:
                     del seen[gone]
             due = sorted((peer for peer in connected if peer not in self._checking
@@ -122,10 +123,11 @@ class Liveness:
             deadlines = []
             for misses in range(2):
                 started = trio.current_time()
-                deadlines.append(timeout := self.round_trips.timeout(misses))
+                trips = self.round_trips.setdefault(peer, RoundTrips())
+                deadlines.append(timeout := trips.timeout(misses))
                 if await self._ping(peer, nursery, timeout):
                     # each ping its own stream and payload: an answer times that ping alone
-                    self.round_trips.answered(trio.current_time() - started)
+                    trips.answered(trio.current_time() - started)
                     self.heard(peer)
                     return
                 if self.stalls.stalled_since(started):  # our silence, not the peer's: ask again later

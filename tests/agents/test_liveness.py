@@ -166,11 +166,36 @@ def test_live_peers_slower_to_answer_than_the_least_deadline_are_kept_and_a_sile
         async with trio.open_nursery() as nursery:
             nursery.start_soon(liveness.run, nursery)
             await trio.sleep(silent_from + QUIET_BEFORE_PING + 2 * MAX_PING_TIMEOUT + 20)
-            assert liveness.round_trips.timeout() > 1.5 * PING_TIMEOUT
+            assert all(liveness.round_trips[peer].timeout() > 1.5 * PING_TIMEOUT for peer in peers)
             nursery.cancel_scope.cancel()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert dropped and {peer for _, peer in dropped} == {"silent"}, dropped  # (this test never disconnects it)
+
+
+def test_one_slow_peer_does_not_stretch_the_deadline_of_another() -> None:
+    """Deadlines are per peer: a peer that always answers late (here 1.75x ``PING_TIMEOUT``)
+    earns long deadlines for itself only; a fast one that goes silent still goes after its
+    own two short pings."""
+    dropped: list[tuple[float, str]] = []
+    silent_from = 90.0
+
+    async def open_ping(peer: str):
+        if peer == "slow":
+            return Slow(1.75 * PING_TIMEOUT)
+        return Silent() if trio.current_time() >= silent_from else Slow(0.01)
+
+    async def main() -> None:
+        liveness = Liveness(open_ping, lambda: ["slow", "fast"],
+                            lambda peer: dropped.append((trio.current_time(), peer)))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(liveness.run, nursery)
+            await trio.sleep(silent_from + QUIET_BEFORE_PING + 2 * PING_INTERVAL + 3 * PING_TIMEOUT + 1)
+            assert liveness.round_trips["slow"].timeout() > 2 * PING_TIMEOUT
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert [peer for _, peer in dropped] == ["fast"], dropped
 
 
 def test_a_peer_heard_from_is_kept_though_its_pings_go_unanswered() -> None:

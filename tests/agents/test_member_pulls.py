@@ -196,9 +196,12 @@ def test_a_quiet_member_pulls_at_once_from_a_peer_whose_status_says_it_holds_mor
     member left behind when a plan went quiet waited for the rotation to reach the one peer
     holding what it lacked (at thirty members in containers, past the test's two minutes).
     A status saying that peer holds more brings a pull from it at once; one saying it holds
-    no more brings none; a peer repeating itself gets at most one pull per ``SYNC_INTERVAL``."""
+    no more brings none; a peer repeating itself gets at most one pull per ``SYNC_INTERVAL``;
+    and peers that always say so (liars) never take all the rotation's places: every peer
+    is still pulled from, within twenty rounds."""
     names = [f"peer-{i}" for i in range(20)]
     peers = [identity(name).peer_id for name in names]
+    holder = peers[-1]
     feed = Feed("holder", "client")
     held = EventIndex()
     outcome: dict[str, object] = {}
@@ -223,10 +226,7 @@ def test_a_quiet_member_pulls_at_once_from_a_peer_whose_status_says_it_holds_mor
                 endpoint.attach(nursery)
                 fabric.bring_up(endpoint)
             await trio.sleep(QUIET_AFTER + 2 * QUIET_SYNC_INTERVAL)
-            # the rotation's next peers, so that the holder is the last one it would reach
-            order = watcher._next_pulls(network.connected_peers())
-            assert peers[-1] not in order
-            held.add_all([feed.at(now_ms(), goal("Plan a two-week trip to Japan", [peers[-1]], 1))])
+            held.add_all([feed.at(now_ms(), goal("Plan a two-week trip to Japan", [holder], 1))])
             await trio.sleep(QUIET_SYNC_INTERVAL / 2)  # off the rounds' beat
             told = trio.current_time()
             watcher.peer_holds(peers[3], len(watcher.index))  # no more than the watcher: nothing
@@ -234,18 +234,35 @@ def test_a_quiet_member_pulls_at_once_from_a_peer_whose_status_says_it_holds_mor
             outcome["after_equal"] = [peer for at, peer in network.opens if at >= told]
             told = trio.current_time()
             for _ in range(3):  # a holder repeating its status
-                watcher.peer_holds(peers[-1], len(watcher.index) + 1)
+                watcher.peer_holds(holder, len(watcher.index) + 1)
             with trio.move_on_after(SYNC_INTERVAL):
                 while len(watcher.index) == 0:
                     await trio.sleep(0.01)
             outcome["arrived_after"] = trio.current_time() - told
-            outcome["opens"] = [peer for at, peer in network.opens if at >= told]
+            outcome["first"] = [peer for at, peer in network.opens if at >= told]
+            await trio.sleep(SYNC_INTERVAL / 2)  # the pull is over; the holder says so again, too soon
+            again = trio.current_time()
+            watcher.peer_holds(holder, len(watcher.index) + 1)
+            await trio.sleep(SYNC_INTERVAL / 10)
+            outcome["too_soon"] = [peer for at, peer in network.opens if at >= again]
+            # from now on the holder and two more claim more every interval, as liars would
+            lying_from = trio.current_time()
+            for _ in range(20):
+                await trio.sleep(SYNC_INTERVAL)
+                for liar in (holder, peers[0], peers[1]):
+                    watcher.peer_holds(liar, len(watcher.index) + 1)
+            outcome["lying"] = [peer for at, peer in network.opens if at >= lying_from]
             nursery.cancel_scope.cancel()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert outcome["after_equal"] == [], outcome
     assert outcome["arrived_after"] < SYNC_INTERVAL / 10, outcome  # at once, not a quiet round later
-    assert outcome["opens"] == [peers[-1]], outcome  # that peer alone, once
+    first: list[str] = outcome["first"]  # type: ignore[assignment]
+    assert first.count(holder) == 1 and len(first) <= SYNC_FANOUT, first  # in the same round as two others
+    assert outcome["too_soon"] == [], outcome
+    lying: list[str] = outcome["lying"]  # type: ignore[assignment]
+    assert 15 <= lying.count(holder) <= 21, lying  # about one pull an interval, no more
+    assert set(lying) == set(peers), set(peers) - set(lying)  # the rotation went on beside it
 
 
 def test_a_member_pulls_often_while_events_arrive_and_seldom_once_none_has(tmp_path: Path) -> None:
