@@ -133,13 +133,36 @@ class CountingNetwork(SimNetwork):
         return await super().open_stream(peer)
 
 
+TWENTY = [f"peer-{i}" for i in range(20)]
+
+
+async def _watching_twenty(nursery: trio.Nursery, tmp_path: Path, held: EventIndex,
+                           now_ms) -> tuple[Member, CountingNetwork]:
+    """A watcher connected to the twenty peers of ``TWENTY``, the last of which serves ``held``
+    (the others nothing), with no gossip at all: only pulls carry events."""
+    fabric = SimFabric(random.Random(0), nursery)
+    fabric.weather.loss = 1.0
+    network = CountingNetwork(fabric, identity("watcher").peer_id)
+    watcher = Member(credentials("watcher", "observer"), EventStore.open(tmp_path / "watcher"), network,
+                     think_in_thread=False, now_ms=now_ms)
+    network.attach(nursery)
+    await nursery.start(watcher.run)
+    fabric.bring_up(network)
+    for name in TWENTY:
+        endpoint = fabric.endpoint(identity(name).peer_id)
+        endpoint.serve(lambda stream, name=name: serve_pull(
+            stream, held if name == TWENTY[-1] else EventIndex(), credentials(name, "client")))
+        endpoint.attach(nursery)
+        fabric.bring_up(endpoint)
+    return watcher, network
+
+
 def test_a_member_pulls_from_a_few_peers_a_round_and_reaches_every_peer(tmp_path: Path) -> None:
     """Twenty connected peers: each round pulls from ``SYNC_FANOUT`` of them (not twenty), and
     an event that only one of them holds still arrives, within one turn of the rotation. The
     watcher has nothing new all along, so its rounds are ``QUIET_SYNC_INTERVAL`` apart."""
     interval = QUIET_SYNC_INTERVAL
-    names = [f"peer-{i}" for i in range(20)]
-    peers = [identity(name).peer_id for name in names]
+    peers = [identity(name).peer_id for name in TWENTY]
     feed = Feed("holder", "client")
     held = EventIndex()
     outcome: dict[str, object] = {}
@@ -149,20 +172,7 @@ def test_a_member_pulls_from_a_few_peers_a_round_and_reaches_every_peer(tmp_path
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            fabric = SimFabric(random.Random(0), nursery)
-            fabric.weather.loss = 1.0  # no gossip at all: only pulls carry events
-            network = CountingNetwork(fabric, identity("watcher").peer_id)
-            watcher = Member(credentials("watcher", "observer"), EventStore.open(tmp_path / "watcher"), network,
-                             think_in_thread=False, now_ms=now_ms)
-            network.attach(nursery)
-            await nursery.start(watcher.run)
-            fabric.bring_up(network)
-            for name, peer in zip(names, peers, strict=True):
-                endpoint = fabric.endpoint(peer)
-                endpoint.serve(lambda stream, name=name: serve_pull(
-                    stream, held if name == names[-1] else EventIndex(), credentials(name, "client")))
-                endpoint.attach(nursery)
-                fabric.bring_up(endpoint)
+            watcher, network = await _watching_twenty(nursery, tmp_path, held, now_ms)
             await trio.sleep(10 * SYNC_INTERVAL)
             event = feed.at(now_ms(), goal("Plan a two-week trip to Japan", [peers[-1]], 1))
             held.add_all([event])
@@ -199,8 +209,7 @@ def test_a_quiet_member_pulls_at_once_from_a_peer_whose_status_says_it_holds_mor
     no more brings none; a peer repeating itself gets at most one pull per ``SYNC_INTERVAL``;
     and peers that always say so (liars) never take all the rotation's places: every peer
     is still pulled from, within twenty rounds."""
-    names = [f"peer-{i}" for i in range(20)]
-    peers = [identity(name).peer_id for name in names]
+    peers = [identity(name).peer_id for name in TWENTY]
     holder = peers[-1]
     feed = Feed("holder", "client")
     held = EventIndex()
@@ -211,20 +220,7 @@ def test_a_quiet_member_pulls_at_once_from_a_peer_whose_status_says_it_holds_mor
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            fabric = SimFabric(random.Random(0), nursery)
-            fabric.weather.loss = 1.0  # no gossip at all: only pulls carry events
-            network = CountingNetwork(fabric, identity("watcher").peer_id)
-            watcher = Member(credentials("watcher", "observer"), EventStore.open(tmp_path / "watcher"), network,
-                             think_in_thread=False, now_ms=now_ms)
-            network.attach(nursery)
-            await nursery.start(watcher.run)
-            fabric.bring_up(network)
-            for name, peer in zip(names, peers, strict=True):
-                endpoint = fabric.endpoint(peer)
-                endpoint.serve(lambda stream, name=name: serve_pull(
-                    stream, held if name == names[-1] else EventIndex(), credentials(name, "client")))
-                endpoint.attach(nursery)
-                fabric.bring_up(endpoint)
+            watcher, network = await _watching_twenty(nursery, tmp_path, held, now_ms)
             await trio.sleep(QUIET_AFTER + 2 * QUIET_SYNC_INTERVAL)
             held.add_all([feed.at(now_ms(), goal("Plan a two-week trip to Japan", [holder], 1))])
             await trio.sleep(QUIET_SYNC_INTERVAL / 2)  # off the rounds' beat

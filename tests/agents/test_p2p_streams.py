@@ -69,6 +69,19 @@ async def test_an_open_that_py_libp2p_shields_from_cancellation_returns_at_the_d
         nursery.cancel_scope.cancel()
 
 
+async def _connected_to(nursery: trio.Nursery, listener: p2p.Libp2pNetwork) -> p2p.Libp2pNetwork:
+    """Start ``listener`` and a second network that dials it; return the second once connected."""
+    await nursery.start(listener.run)
+    address = f"{listener.addresses()[0]}/p2p/{listener.peer_id}"
+    dialler = p2p.Libp2pNetwork(identity("dialler"), listener.cluster, listen=["/ip4/127.0.0.1/tcp/0"],
+                                bootstrap=[address], mdns=False)
+    await nursery.start(dialler.run)
+    with trio.fail_after(30):
+        while dialler.peer_id not in listener.connected_peers():
+            await trio.sleep(0.1)
+    return dialler
+
+
 async def test_every_frame_a_peer_sends_counts_as_hearing_from_it() -> None:
     """Liveness pings a peer only when nothing came from it lately; a ping is a stream both ends
     negotiate. Every muxer frame is such evidence, and free: here the only frames are a stream
@@ -76,14 +89,7 @@ async def test_every_frame_a_peer_sends_counts_as_hearing_from_it() -> None:
     are heard; a starved cluster dropped live peers whose frames kept coming."""
     listener = p2p.Libp2pNetwork(identity("listener"), "frames", listen=["/ip4/127.0.0.1/tcp/0"], mdns=False)
     async with trio.open_nursery() as nursery:
-        await nursery.start(listener.run)
-        address = f"{listener.addresses()[0]}/p2p/{listener.peer_id}"
-        dialler = p2p.Libp2pNetwork(identity("dialler"), "frames", listen=["/ip4/127.0.0.1/tcp/0"],
-                                    bootstrap=[address], mdns=False)
-        await nursery.start(dialler.run)
-        with trio.fail_after(30):
-            while dialler.peer_id not in listener.connected_peers():
-                await trio.sleep(0.1)
+        dialler = await _connected_to(nursery, listener)
         await trio.sleep(p2p.DIAL_INTERVAL + 0.5)  # the listener's dial loop has hooked the connection
         listener.liveness._heard.clear()
         before = trio.current_time()
@@ -107,14 +113,7 @@ async def test_a_reader_gives_the_sender_credit_half_a_window_at_a_time_not_per_
 
     listener.serve(handler)
     async with trio.open_nursery() as nursery:
-        await nursery.start(listener.run)
-        address = f"{listener.addresses()[0]}/p2p/{listener.peer_id}"
-        dialler = p2p.Libp2pNetwork(identity("dialler"), "credit", listen=["/ip4/127.0.0.1/tcp/0"],
-                                    bootstrap=[address], mdns=False)
-        await nursery.start(dialler.run)
-        with trio.fail_after(30):
-            while dialler.peer_id not in listener.connected_peers():
-                await trio.sleep(0.1)
+        dialler = await _connected_to(nursery, listener)
         updates: list[bytes] = []
         for connection in listener.host.get_network().get_connections(ID.from_base58(dialler.peer_id)):
             muxer = connection.muxed_conn
