@@ -25,6 +25,7 @@ py-libp2p's defaults break a swarm (see ../shared/ENVIRONMENT.md, beside the rep
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 from collections.abc import Sequence
 from typing import Any
@@ -56,7 +57,15 @@ from agents.net.exchanging import EXCHANGE_INTERVAL, PeerExchanges
 from agents.net.gossip_router import Router
 from agents.net.liveness import Liveness
 from agents.net.peer_book import PeerBook, listed_addresses, resolved
-from agents.net.streams import CLOSE_TIMEOUT, Libp2pStream, Opening, hear_frames, reset, sever
+from agents.net.streams import (
+    CLOSE_TIMEOUT,
+    Libp2pStream,
+    Opening,
+    hear_frames,
+    heard_through,
+    reset,
+    sever,
+)
 from agents.net.yamux_credit import credit_half_a_window
 from agents.syncproto import PROTOCOL as SYNC_PROTOCOL_ID
 
@@ -381,7 +390,7 @@ class Libp2pNetwork:
         last_probe = trio.current_time()
         while True:
             connected = set(self.connected_peers())
-            self._hear_connections(connected)
+            self._hear_connections()
             for peer in connected - self._known_connected:
                 self._conn_send.send_nowait(peer)
                 self._ask_soon(peer)
@@ -404,14 +413,14 @@ class Libp2pNetwork:
                     self._ask_soon(again)
             await trio.sleep(DIAL_INTERVAL)
 
-    def _hear_connections(self, connected: set[str]) -> None:
+    def _hear_connections(self) -> None:
         """Every frame read on a connection counts as hearing from its peer (``hear_frames``):
         a peer whose frames keep coming is never pinged, let alone dropped, however slowly a
         starved machine answers pings. A connection is hooked within ``DIAL_INTERVAL``."""
-        network = self.host.get_network()
-        for peer in connected:
-            for connection in network.get_connections(ID.from_base58(peer)):
-                hear_frames(connection, lambda peer=peer: self.liveness.heard(peer))
+        for peer_id, connections in self.host.get_network().get_connections_map().items():
+            for connection in connections:
+                if not heard_through(connection):  # the peer's id spelled out only for a new one
+                    hear_frames(connection, functools.partial(self.liveness.heard, str(peer_id)))
 
     async def _dial(self, info: PeerInfo) -> None:
         peer = str(info.peer_id)

@@ -73,13 +73,22 @@ async def reset(stream) -> None:
         await stream.reset()
 
 
+def _secured(connection):
+    return getattr(getattr(connection, "muxed_conn", None), "secured_conn", None)
+
+
+def heard_through(connection) -> bool:
+    """Whether ``hear_frames`` has hooked ``connection`` already."""
+    return getattr(_secured(connection), "_hears", False)
+
+
 def hear_frames(connection, heard: Callable[[], None]) -> bool:
     """Have each read of ``connection``'s secure session call ``heard``: every muxer frame
     the peer sends (gossip, its control messages, the answers to the muxer's own pings every
     30 s) is evidence that the link delivers, and costs nothing to notice; a ping stream
     costs both ends a negotiation. Once per connection (False when already done, or for a
     shape other than py-libp2p 0.8.1's SwarmConn > Yamux > SecureSession)."""
-    secured = getattr(getattr(connection, "muxed_conn", None), "secured_conn", None)
+    secured = _secured(connection)
     read = getattr(secured, "read", None)
     if read is None or getattr(secured, "_hears", False):
         return False

@@ -36,6 +36,11 @@ from chaos.sim.network import SimFabric, SimNetwork
 from tests.builders import Feed, credentials, goal, identity
 
 
+def _now_ms() -> int:
+    """The members' wall clock: the simulation's epoch plus trio's (mock) time."""
+    return EPOCH_MS + int(trio.current_time() * 1000)
+
+
 class WedgingNetwork(SimNetwork):
     """Every open to ``wedged`` blocks, shielded from cancellation, until ``release`` is set."""
 
@@ -66,7 +71,7 @@ async def _watcher_and_holder(nursery: trio.Nursery, tmp_path: Path, network: Si
     """An observer member on ``network`` (already attached to its fabric) and a holder endpoint
     that answers pulls with ``serve``; neither is brought up yet."""
     watcher = Member(credentials("watcher", "observer"), EventStore.open(tmp_path / "watcher"), network,
-                     think_in_thread=False, now_ms=lambda: EPOCH_MS + int(trio.current_time() * 1000))
+                     think_in_thread=False, now_ms=_now_ms)
     network.attach(nursery)
     await nursery.start(watcher.run)
     holder = network.fabric.endpoint(holder_id)
@@ -85,9 +90,6 @@ def test_a_pull_that_ignores_cancellation_does_not_stop_sync_with_other_peers(tm
     feed = Feed("holder", "client")
     outcome: dict[str, object] = {}
 
-    def now_ms() -> int:
-        return EPOCH_MS + int(trio.current_time() * 1000)
-
     async def serve(stream: PeerStream) -> None:
         await serve_pull(stream, held, credentials("holder", "client"))
 
@@ -101,7 +103,7 @@ def test_a_pull_that_ignores_cancellation_does_not_stop_sync_with_other_peers(tm
             for endpoint in (network, holder, fabric.endpoint(silent_id)):  # the silent one never answers
                 fabric.bring_up(endpoint)
             await trio.sleep(WEDGED_AFTER + 10)  # the first pull to the silent peer is still running
-            event = feed.at(now_ms(), goal("Plan a two-week trip to Japan", [holder_id], 1))
+            event = feed.at(_now_ms(), goal("Plan a two-week trip to Japan", [holder_id], 1))
             held.add_all([event])
             with trio.move_on_after(60):
                 while event.id not in watcher.index:
@@ -136,15 +138,15 @@ class CountingNetwork(SimNetwork):
 TWENTY = [f"peer-{i}" for i in range(20)]
 
 
-async def _watching_twenty(nursery: trio.Nursery, tmp_path: Path, held: EventIndex,
-                           now_ms) -> tuple[Member, CountingNetwork]:
+async def _watching_twenty(nursery: trio.Nursery, tmp_path: Path,
+                           held: EventIndex) -> tuple[Member, CountingNetwork]:
     """A watcher connected to the twenty peers of ``TWENTY``, the last of which serves ``held``
     (the others nothing), with no gossip at all: only pulls carry events."""
     fabric = SimFabric(random.Random(0), nursery)
     fabric.weather.loss = 1.0
     network = CountingNetwork(fabric, identity("watcher").peer_id)
     watcher = Member(credentials("watcher", "observer"), EventStore.open(tmp_path / "watcher"), network,
-                     think_in_thread=False, now_ms=now_ms)
+                     think_in_thread=False, now_ms=_now_ms)
     network.attach(nursery)
     await nursery.start(watcher.run)
     fabric.bring_up(network)
@@ -167,14 +169,11 @@ def test_a_member_pulls_from_a_few_peers_a_round_and_reaches_every_peer(tmp_path
     held = EventIndex()
     outcome: dict[str, object] = {}
 
-    def now_ms() -> int:
-        return EPOCH_MS + int(trio.current_time() * 1000)
-
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            watcher, network = await _watching_twenty(nursery, tmp_path, held, now_ms)
+            watcher, network = await _watching_twenty(nursery, tmp_path, held)
             await trio.sleep(10 * SYNC_INTERVAL)
-            event = feed.at(now_ms(), goal("Plan a two-week trip to Japan", [peers[-1]], 1))
+            event = feed.at(_now_ms(), goal("Plan a two-week trip to Japan", [peers[-1]], 1))
             held.add_all([event])
             posted = trio.current_time()
             with trio.move_on_after(200):
@@ -215,14 +214,11 @@ def test_a_quiet_member_pulls_at_once_from_a_peer_whose_status_says_it_holds_mor
     held = EventIndex()
     outcome: dict[str, object] = {}
 
-    def now_ms() -> int:
-        return EPOCH_MS + int(trio.current_time() * 1000)
-
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            watcher, network = await _watching_twenty(nursery, tmp_path, held, now_ms)
+            watcher, network = await _watching_twenty(nursery, tmp_path, held)
             await trio.sleep(QUIET_AFTER + 2 * QUIET_SYNC_INTERVAL)
-            held.add_all([feed.at(now_ms(), goal("Plan a two-week trip to Japan", [holder], 1))])
+            held.add_all([feed.at(_now_ms(), goal("Plan a two-week trip to Japan", [holder], 1))])
             await trio.sleep(QUIET_SYNC_INTERVAL / 2)  # off the rounds' beat
             told = trio.current_time()
             watcher.peer_holds(peers[3], len(watcher.index))  # no more than the watcher: nothing
@@ -386,9 +382,6 @@ def _slow_holder(tmp_path: Path, events: int, delay: float, during=None, frames:
                        for i in range(events)])
     outcome: dict[str, object] = {}
     left = None if frames is None else [frames]
-
-    def now_ms() -> int:
-        return EPOCH_MS + int(trio.current_time() * 1000)
 
     async def serve(stream: PeerStream) -> None:
         SlowFrames.running += 1
