@@ -28,7 +28,7 @@ import hashlib
 
 import trio
 
-from agents.core.events import EventRefused
+from agents.core.events import Event, EventRefused
 from agents.decoding import Decoded, FramePipeline
 from agents.net.base import FrameTooLarge, MeteredStream, PeerStream, StreamClosed
 from agents.syncproto import SyncProtocolError, SyncRefused, pull, serve_pull
@@ -40,6 +40,7 @@ QUIET_SYNC_INTERVAL = 4 * SYNC_INTERVAL
 PULL_DEADLINE = 10.0  # a pull or serve that moves nothing this long is dropped (the dial counts)
 PULL_LIMIT = 300.0  # a whole pull or serve, however much it moves: a drip-feeding peer is cut too
 WEDGED_AFTER = PULL_DEADLINE + 2 * SYNC_INTERVAL  # a pull this long without progress ignored its cancellation
+STORE_EVERY = 4096  # synced events stored per transaction: each commit is an fsync (~15 ms here)
 MAX_SERVING = 16  # sync streams served at once: each may hold one frame in reassembly
 
 
@@ -119,17 +120,31 @@ class MemberSync:
             done.set()
 
     async def _pull(self, peer: str) -> int:
-        """One pull. Each events frame is verified and stored as the next arrives (the
-        workers check one frame's signatures while this thread stores the one before: two
-        frames held at a time), and the tree is folded once at the end: a 100k-event
-        catch-up is about two hundred frames, and folding after each made it quadratic. The deadline counts from
-        the last events frame (``syncproto.pull`` refuses one that neither answers nor leaves
-        for later everything asked) or offer page, up to ``PULL_LIMIT`` in all."""
+        """One pull. Each events frame is checked as the next arrives (the workers check one
+        frame while this thread stores the one before: two frames held at a time), stored
+        ``STORE_EVERY`` events to a transaction (a commit per frame was an eighth of a
+        catch-up), and the tree is folded once at the end, after the last commit, so that
+        nothing shown can be lost: a 100k-event catch-up is about two hundred frames, and
+        folding after each made it quadratic. The deadline counts from the last events frame
+        (``syncproto.pull`` refuses one that neither answers nor leaves for later everything
+        asked) or offer page, up to ``PULL_LIMIT`` in all."""
         started = trio.current_time()
         scope = trio.CancelScope(deadline=started + PULL_DEADLINE)
         added = 0
         whole = False
         pipeline = FramePipeline()
+        unstored: list[Event] = []  # screened, not yet stored: a page's wants and the fold wait for them
+
+        def store() -> None:
+            nonlocal added
+            if not unstored:
+                return
+            stored = self._admit(unstored, "sync", refold=False)
+            if stored and len(unstored) <= 100:  # per-event records only for small batches (benchmarks read them)
+                for event in unstored:
+                    self._log.debug("admitted", event_id=event.id, via="sync")
+            added += stored
+            unstored.clear()
 
         def moved() -> None:
             now = self._pulling[peer] = trio.current_time()
@@ -138,8 +153,13 @@ class MemberSync:
                 round_scope.deadline = max(round_scope.deadline, now + PULL_DEADLINE + 2 * SYNC_INTERVAL)
 
         def frame(raws: list[bytes]) -> None:
-            nonlocal added
-            added += self._take_synced(pipeline.push(raws))
+            unstored.extend(self._screen_synced(pipeline.push(raws)))
+            if len(unstored) >= STORE_EVERY:
+                store()
+            moved()
+
+        def page() -> None:
+            store()  # the next page's wants are read from the index
             moved()
 
         try:
@@ -157,7 +177,7 @@ class MemberSync:
         try:
             with scope:
                 await pull(stream, self.index, self.credentials,
-                           known=lambda event_id: self.intake.knows(event_id), on_events=frame, on_page=moved)
+                           known=lambda event_id: self.intake.knows(event_id), on_events=frame, on_page=page)
             if scope.cancelled_caught:
                 self.stats.sync_timeouts += 1
                 self._log.warning("sync pull timed out", peer=peer[-8:], deadline_s=PULL_DEADLINE,
@@ -177,7 +197,8 @@ class MemberSync:
             # one-shot ending): what earlier frames stored is folded even then
             self.stats.sync_bytes_in += stream.received
             self.stats.sync_bytes_out += stream.sent
-            added += self._take_synced(pipeline.drain())
+            unstored.extend(self._screen_synced(pipeline.drain()))
+            store()
             if added:
                 self._refold()
                 moved()  # folding a million events takes a while: work, not a stalled pull
@@ -194,8 +215,8 @@ class MemberSync:
                 self._trace(f"pulled {added} event(s) from {peer[-8:]}")
         return added
 
-    def _take_synced(self, frame: Decoded) -> int:
-        """Screen and store one decoded frame of synced events (folded by the caller)."""
+    def _screen_synced(self, frame: Decoded) -> list[Event]:
+        """One decoded frame of synced events through the intake: the events to store."""
         events = []
         for raw, decoded in frame:
             if isinstance(decoded, EventRefused):
@@ -205,11 +226,7 @@ class MemberSync:
             event = self._take(answer, "sync")
             if event is not None:
                 events.append(event)
-        added = self._admit(events, "sync", refold=False) if events else 0
-        if added and len(events) <= 100:  # per-event records only for small batches (benchmarks read them)
-            for event in events:
-                self._log.debug("admitted", event_id=event.id, via="sync")
-        return added
+        return events
 
     async def sync_all(self) -> int:
         """Pull from every connected peer at once, until each pull ends; a slow or stalled peer

@@ -57,7 +57,7 @@ def _link_rule(event: Event, before: Event) -> tuple[str, str] | None:
         return "chain", f"seq {event.seq} cites an event at seq {before.seq}"
     if event.role != before.role:
         return "role", f"role {event.role} after {before.role}"
-    if not event.ts > before.ts:
+    if not event.hlc > before.hlc:  # the timestamps' order, without building them: once per event
         return "clock", f"timestamp {event.ts} not after {before.ts}"
     return None
 

@@ -242,8 +242,7 @@ def fold(events: Iterable[Event]) -> PlanTree:
         promises=promises,
         certificates=certificates,
         acts=_acts(feeds.accepted),
-        ignored=sum(1 for e in feeds.accepted
-                    if e.role == "scorer" and not any(e.author in g.scorers for g in goals)),
+        ignored=_ignored(feeds.accepted, goals),
     )
     return replace(tree, digest=compute_digest(tree, (e.id for e in feeds.accepted)))
 
@@ -257,9 +256,11 @@ def _acts(events: Iterable[Event]) -> dict[tuple[str, str], dict[tuple[str, int]
     for event in events:
         if event.kind not in _ACTS:
             continue
-        body = event.body
-        target = getattr(body, "node", None) or getattr(body, "leaf")  # noqa: B009
-        key = (event.kind, getattr(body, _ACTS[event.kind]))
+        # read from the body's fields, not getattr with a default: a field a pydantic model
+        # lacks takes its slow path (a raised AttributeError), and this runs once per event
+        fields = event.body.__dict__
+        target = fields.get("node") or fields["leaf"]
+        key = (event.kind, fields[_ACTS[event.kind]])
         mine = acts[(target, event.author)]
         if key not in mine or event.ts < mine[key]:
             mine[key] = event.ts
@@ -318,13 +319,19 @@ def _settle_leaf(node: Node, leaf: leaf_rules.LeafClaims, outcome: round_rules.N
     return node, duplicates
 
 
+def _ignored(events: Iterable[Event], goals: list[Goal]) -> int:
+    """Scorers' events by authors no goal names as a scorer: counted, never decisive."""
+    rostered = frozenset(scorer for goal in goals for scorer in goal.scorers)
+    return sum(1 for e in events if e.role == "scorer" and e.author not in rostered)
+
+
 def _members(events: Iterable[Event]) -> dict[str, tuple[str, tuple[str, ...]]]:
     """Each author's role and the models its events say it thought with."""
     roles: dict[str, str] = {}
     models: dict[str, set[str]] = defaultdict(set)
     for event in events:
         roles[event.author] = event.role
-        model = getattr(event.body, "model", "")
+        model = event.body.__dict__.get("model", "")  # as in _acts: no getattr default
         if model:
             models[event.author].add(model)
     return {a: (roles[a], tuple(sorted(models[a]))) for a in sorted(roles)}

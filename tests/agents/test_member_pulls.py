@@ -485,3 +485,55 @@ def test_a_fold_longer_than_every_deadline_is_work_not_a_stalled_pull(tmp_path: 
 
     trio.run(main, clock=clock)
     assert outcome["stored"] == 600 and outcome["whole"] >= 1 and outcome["timeouts"] == 0, outcome
+
+
+def test_a_large_pull_stores_a_transaction_per_store_every_events_and_folds_after_the_last(
+        tmp_path: Path, monkeypatch) -> None:
+    """1,300 events come in frames of ``BATCH`` (500): with ``STORE_EVERY`` at 1,000 they are
+    stored in two transactions (a commit per frame was an fsync per 500 events), and the tree
+    is folded once, when every event is stored, so nothing shown can be lost to a crash."""
+    from agents import syncing
+    from agents.syncproto import BATCH
+
+    monkeypatch.setattr(syncing, "STORE_EVERY", 2 * BATCH)
+    holder_id = identity("holder").peer_id
+    feed = Feed("holder", "client")
+    held = EventIndex([feed.at(1_000 + i, goal(f"Goal {i}", [holder_id], 1)) for i in range(1_300)])
+    stored: list[int] = []
+    folded_at: list[tuple[int, int]] = []  # (events stored, events folded) at each fold
+    outcome: dict[str, object] = {}
+
+    async def serve(stream: PeerStream) -> None:
+        await serve_pull(stream, held, credentials("holder", "client"))
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            fabric = SimFabric(random.Random(0), nursery)
+            fabric.weather.loss = 1.0
+            network = SimNetwork(fabric, identity("watcher").peer_id)
+            watcher, holder = await _watcher_and_holder(nursery, tmp_path, network, holder_id, serve)
+            store_many, refold = watcher.store.add_many, watcher._refold
+
+            def counted_store(events):
+                stored.append(len(events))
+                return store_many(events)
+
+            def counted_refold():
+                refold()
+                folded_at.append((watcher.store.count(), watcher.tree.events))
+
+            monkeypatch.setattr(watcher.store, "add_many", counted_store)
+            monkeypatch.setattr(watcher, "_refold", counted_refold)
+            fabric.bring_up(network)
+            fabric.bring_up(holder)
+            with trio.move_on_after(120):
+                while len(watcher.index) < len(held):
+                    await trio.sleep(0.5)
+            outcome["held"] = len(watcher.index)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert outcome["held"] == 1_300
+    assert stored == [1_000, 300], stored  # one transaction per 1,000 events, the rest at the end
+    assert folded_at[-1] == (1_300, 1_300)
+    assert all(count == events for count, events in folded_at), "a fold ran on events not yet stored"
