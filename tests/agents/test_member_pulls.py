@@ -487,20 +487,26 @@ def test_a_fold_longer_than_every_deadline_is_work_not_a_stalled_pull(tmp_path: 
     assert outcome["stored"] == 600 and outcome["whole"] >= 1 and outcome["timeouts"] == 0, outcome
 
 
-def test_a_large_pull_stores_a_transaction_per_store_every_events_and_folds_after_the_last(
-        tmp_path: Path, monkeypatch) -> None:
-    """1,300 events come in frames of ``BATCH`` (500): with ``STORE_EVERY`` at 1,000 they are
-    stored in two transactions (a commit per frame was an fsync per 500 events), and the tree
-    is folded once, when every event is stored, so nothing shown can be lost to a crash."""
-    from agents import syncing
-    from agents.syncproto import BATCH
+@pytest.mark.parametrize(("authors", "offer_page", "expected"), [(1, 20_000, [1_000, 300]),
+                                                                (3, 1, [300, 300, 300])],
+                         ids=["one page", "a page per author"])
+def test_a_large_pull_stores_a_transaction_per_store_every_events_or_page_and_folds_once(
+        tmp_path: Path, monkeypatch, authors: int, offer_page: int, expected: list[int]) -> None:
+    """Events come in frames of ``BATCH`` (500): with ``STORE_EVERY`` at 1,000, 1,300 events of
+    one author are stored in two transactions (a commit per frame was an fsync per 500
+    events), and 3 x 300 events offered a page per author one transaction per page (the next
+    page's wants are read from what is stored). The tree is folded once, at the end."""
+    from agents import syncing, syncproto
 
-    monkeypatch.setattr(syncing, "STORE_EVERY", 2 * BATCH)
+    monkeypatch.setattr(syncing, "STORE_EVERY", 2 * syncproto.BATCH)
+    monkeypatch.setattr(syncproto, "OFFER_PAGE", offer_page)
     holder_id = identity("holder").peer_id
-    feed = Feed("holder", "client")
-    held = EventIndex([feed.at(1_000 + i, goal(f"Goal {i}", [holder_id], 1)) for i in range(1_300)])
+    feeds = [Feed(f"holder-{i}", "client") for i in range(authors)]
+    per_author = sum(expected) // authors
+    held = EventIndex([feed.at(1_000 + i, goal(f"Goal {i}", [holder_id], 1))
+                       for feed in feeds for i in range(per_author)])
     stored: list[int] = []
-    folded_at: list[tuple[int, int]] = []  # (events stored, events folded) at each fold
+    folds: list[int] = []  # events stored at each fold
     outcome: dict[str, object] = {}
 
     async def serve(stream: PeerStream) -> None:
@@ -514,26 +520,25 @@ def test_a_large_pull_stores_a_transaction_per_store_every_events_and_folds_afte
             watcher, holder = await _watcher_and_holder(nursery, tmp_path, network, holder_id, serve)
             store_many, refold = watcher.store.add_many, watcher._refold
 
-            def counted_store(events):
+            def counted_store(events: list) -> int:
                 stored.append(len(events))
                 return store_many(events)
 
-            def counted_refold():
+            def counted_refold() -> None:
+                folds.append(watcher.store.count())
                 refold()
-                folded_at.append((watcher.store.count(), watcher.tree.events))
 
             monkeypatch.setattr(watcher.store, "add_many", counted_store)
             monkeypatch.setattr(watcher, "_refold", counted_refold)
             fabric.bring_up(network)
             fabric.bring_up(holder)
             with trio.move_on_after(120):
-                while len(watcher.index) < len(held):
+                while watcher.tree.events < len(held):
                     await trio.sleep(0.5)
-            outcome["held"] = len(watcher.index)
+            outcome["folded"] = watcher.tree.events
             nursery.cancel_scope.cancel()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-    assert outcome["held"] == 1_300
-    assert stored == [1_000, 300], stored  # one transaction per 1,000 events, the rest at the end
-    assert folded_at[-1] == (1_300, 1_300)
-    assert all(count == events for count, events in folded_at), "a fold ran on events not yet stored"
+    assert outcome["folded"] == len(held) == sum(expected)
+    assert stored == expected, stored
+    assert folds == [len(held)], folds  # once, with every event stored
