@@ -52,6 +52,7 @@ log = structlog.get_logger("swarm.member")
 MUTE_WARNING_S = 30.0  # how often a member that cannot sign yet says why
 ACT_INTERVAL = 0.25
 RENEW_SPACING_FRACTION = 0.25  # at most one renewal per quarter lease
+GOSSIP_BATCH = 256  # gossiped events taken together at most: one transaction and one fold for them
 MODEL_RETRY_MAX_S = 30.0  # an unreachable model is tried again after 1, 2, 4, ... up to this many seconds
 
 
@@ -97,6 +98,7 @@ class MemberStats:
     synced_in: int = 0
     published: int = 0
     reorganisations: int = 0
+    folds: int = 0  # trees folded: at most one per batch of gossip taken together
     model_calls: int = 0
     store_errors: int = 0  # writes the store refused (a full disk): nothing was acknowledged
 
@@ -241,9 +243,19 @@ class Member(MemberSync):
 
     def receive(self, raw: bytes) -> None:
         """One gossiped payload: through the intake (counted), then stored and folded."""
-        event = self._take(self.intake.offer(raw), "gossip")
-        if event is not None:
-            self._admit([event], "gossip")
+        self.receive_many([raw])
+
+    def receive_many(self, raws: list[bytes]) -> None:
+        """Gossiped payloads that arrived together: each through the intake, in order, then
+        stored in one transaction and folded once (a commit and a fold per event is what a
+        member behind on its gossip can least afford: it falls further behind)."""
+        events: list[Event] = []
+        for raw in dict.fromkeys(raws):  # a payload twice in one batch is taken once, as it would be apart
+            event = self._take(self.intake.offer(raw), "gossip")
+            if event is not None:
+                events.append(event)
+        if events:
+            self._admit(events, "gossip")
 
     def _show(self, change: Transition) -> None:
         if self._on_transition is not None:
@@ -260,6 +272,7 @@ class Member(MemberSync):
             self._transitions_file = None
 
     def _refold(self) -> None:
+        self.stats.folds += 1
         with settled():
             tree = fold(self.index.events())
         for change in changes(self.tree, tree):
@@ -327,8 +340,15 @@ class Member(MemberSync):
             await trio.sleep(1.0)
 
     async def _receive_loop(self) -> None:
-        async for raw in self.network.gossip:
-            self.receive(raw)
+        gossip = self.network.gossip
+        async for raw in gossip:
+            raws = [raw]
+            while len(raws) < GOSSIP_BATCH:  # whatever else is already here, taken together
+                try:
+                    raws.append(gossip.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            self.receive_many(raws)
 
     def _learned_own_feed(self, peer: str) -> None:
         """After a completed pull: whatever a peer held of our own feed is ours now."""
