@@ -10,9 +10,11 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
+from agents.core.events import Event
 from agents.core.fold import fold
 from agents.member import GOSSIP_BATCH, Member
 from agents.store import EventStore
@@ -25,7 +27,8 @@ def _now_ms() -> int:
     return EPOCH_MS + int(trio.current_time() * 1000)
 
 
-def test_gossip_already_queued_is_stored_in_one_transaction_and_folded_once(tmp_path: Path, monkeypatch) -> None:
+def test_gossip_already_queued_is_stored_in_one_transaction_and_folded_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     feed = Feed("writer", "client")
     events = [feed.at(EPOCH_MS - 10_000 + i, goal(f"Goal {i}", [identity("writer").peer_id], 1))
               for i in range(GOSSIP_BATCH + 44)]
@@ -42,13 +45,13 @@ def test_gossip_already_queued_is_stored_in_one_transaction_and_folded_once(tmp_
                             think_in_thread=False, now_ms=_now_ms)
             store_many = member.store.add_many
 
-            def counted_store(batch: list) -> int:
+            def counted_store(batch: list[Event]) -> int:
                 stored.append(len(batch))
                 return store_many(batch)
 
             monkeypatch.setattr(member.store, "add_many", counted_store)
             for raw in raws:  # all here before the member's receive loop first runs
-                network._gossip_send.send_nowait(raw)
+                network.deliver(raw)
             network.attach(nursery)
             folds = member.stats.folds
             await nursery.start(member.run)
