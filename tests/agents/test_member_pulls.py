@@ -66,6 +66,15 @@ class WedgingNetwork(SimNetwork):
         return self.we_stalled
 
 
+def _serving(held: EventIndex):
+    """A stream handler that answers pulls with what ``held`` holds (now and later)."""
+
+    async def serve(stream: PeerStream) -> None:
+        await serve_pull(stream, held, credentials("holder", "client"))
+
+    return serve
+
+
 async def _watcher_and_holder(nursery: trio.Nursery, tmp_path: Path, network: SimNetwork, holder_id: str,
                               serve) -> tuple[Member, SimNetwork]:
     """An observer member on ``network`` (already attached to its fabric) and a holder endpoint
@@ -90,8 +99,7 @@ def test_a_pull_that_ignores_cancellation_does_not_stop_sync_with_other_peers(tm
     feed = Feed("holder", "client")
     outcome: dict[str, object] = {}
 
-    async def serve(stream: PeerStream) -> None:
-        await serve_pull(stream, held, credentials("holder", "client"))
+    serve = _serving(held)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -266,8 +274,7 @@ def test_a_member_pulls_often_while_events_arrive_and_seldom_once_none_has(tmp_p
     held = EventIndex()
     rounds: dict[str, list] = {}
 
-    async def serve(stream: PeerStream) -> None:
-        await serve_pull(stream, held, credentials("holder", "client"))
+    serve = _serving(held)
 
     def gaps(opens: list[tuple[float, str]], since: float, until: float) -> set[float]:
         times = [at for at, _ in opens if since <= at < until]
@@ -472,8 +479,7 @@ def test_a_fold_longer_than_every_deadline_is_work_not_a_stalled_pull(tmp_path: 
     held = EventIndex([feed.at(EPOCH_MS - 60_000 + i, goal(f"Goal number {i}", [holder_id], 1)) for i in range(600)])
     outcome: dict[str, int] = {}
 
-    async def serve(stream: PeerStream) -> None:
-        await serve_pull(stream, held, credentials("holder", "client"))
+    serve = _serving(held)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -509,8 +515,7 @@ def test_a_large_pull_stores_a_transaction_per_store_every_events_or_page_and_fo
     folds: list[int] = []  # events stored at each fold
     outcome: dict[str, object] = {}
 
-    async def serve(stream: PeerStream) -> None:
-        await serve_pull(stream, held, credentials("holder", "client"))
+    serve = _serving(held)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
