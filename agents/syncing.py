@@ -133,15 +133,15 @@ class MemberSync:
         added = 0
         whole = False
         pipeline = FramePipeline()
-        unstored: list[Event] = []  # screened, not yet stored: a page's wants and the fold wait for them
-        waiting: set[str] = set()  # their ids: an event sent twice in one pull is screened once
+        # screened, not yet stored, by id (an event sent twice in one pull is screened once):
+        # a page's wants and the fold wait for them
+        unstored: dict[str, Event] = {}
 
         def store() -> None:
             nonlocal added
             if unstored:
-                added += self._admit(unstored, "sync", refold=False)
+                added += self._admit(list(unstored.values()), "sync", refold=False)
                 unstored.clear()
-                waiting.clear()
 
         def moved() -> None:
             now = self._pulling[peer] = trio.current_time()
@@ -150,14 +150,14 @@ class MemberSync:
                 round_scope.deadline = max(round_scope.deadline, now + PULL_DEADLINE + 2 * SYNC_INTERVAL)
 
         def frame(raws: list[bytes]) -> None:
-            unstored.extend(self._screen_synced(pipeline.push(raws), waiting))
+            self._screen_synced(pipeline.push(raws), unstored)
             if len(unstored) >= STORE_EVERY:
                 store()
             moved()
 
         def page() -> None:
             # the next page's wants are read from the index: everything received goes in first
-            unstored.extend(self._screen_synced(pipeline.drain(), waiting))
+            self._screen_synced(pipeline.drain(), unstored)
             store()
             moved()
 
@@ -198,7 +198,7 @@ class MemberSync:
             self.stats.sync_bytes_in += stream.received
             self.stats.sync_bytes_out += stream.sent
             try:
-                unstored.extend(self._screen_synced(pipeline.drain(), waiting))
+                self._screen_synced(pipeline.drain(), unstored)
             finally:
                 store()  # what earlier frames screened, whatever became of the last
             if added:
@@ -217,23 +217,20 @@ class MemberSync:
                 self._trace(f"pulled {added} event(s) from {peer[-8:]}")
         return added
 
-    def _screen_synced(self, frame: Decoded, waiting: set[str]) -> list[Event]:
-        """One decoded frame of synced events through the intake: the events to store, none
-        of them already ``waiting`` to be stored (``_take`` logs each admitted once: the
-        propagation benchmark counts those records)."""
-        events = []
+    def _screen_synced(self, frame: Decoded, unstored: dict[str, Event]) -> None:
+        """One decoded frame of synced events through the intake, into ``unstored``; an event
+        already there is skipped (``_take`` logs each admitted once: the propagation benchmark
+        counts those records)."""
         for raw, decoded in frame:
             if isinstance(decoded, EventRefused):
                 answer = self.intake.refuse_bytes(raw, decoded)  # the same bad bytes count once
-            elif decoded.id in waiting:
+            elif decoded.id in unstored:
                 continue
             else:
                 answer = self.intake.admit(decoded)
             event = self._take(answer, "sync")
             if event is not None:
-                events.append(event)
-                waiting.add(event.id)
-        return events
+                unstored[event.id] = event
 
     async def sync_all(self) -> int:
         """Pull from every connected peer at once, until each pull ends; a slow or stalled peer
