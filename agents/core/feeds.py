@@ -122,15 +122,17 @@ def build_feeds(events: Iterable[Event]) -> Feeds:
                 if child.id not in broken:
                     broken.add(child.id)
                     frontier.append(child.id)
+        head = None  # ``mine`` is in (seq, id) order: its last event in the feed is the head
         for event in mine:
             if event.id in reached:
                 accepted.append(event)
-                if author not in heads or (event.seq, event.id) > heads[author]:
-                    heads[author] = (event.seq, event.id)
+                head = event
             elif event.id in broken:
                 cut.append(event)
             else:
                 pending.append(event)
+        if head is not None:
+            heads[author] = (head.seq, head.id)
 
     return Feeds(
         accepted=tuple(accepted),

@@ -254,15 +254,18 @@ def _acts(events: Iterable[Event]) -> dict[tuple[str, str], dict[tuple[str, int]
     """What each scorer and executor did where: the policies' memory, read from the set."""
     acts: dict[tuple[str, str], dict[tuple[str, int], Timestamp]] = defaultdict(dict)
     for event in events:
-        if event.kind not in _ACTS:
-            continue
         # read from the body's fields, not getattr with a default: a field a pydantic model
         # lacks takes its slow path (a raised AttributeError), and this runs once per event
         fields = event.body.__dict__
+        kind = fields["kind"]
+        act = _ACTS.get(kind)
+        if act is None:
+            continue
         target = fields.get("node") or fields["leaf"]
-        key = (event.kind, fields[_ACTS[event.kind]])
+        key = (kind, fields[act])
         mine = acts[(target, event.author)]
-        if key not in mine or event.ts < mine[key]:
+        earliest = mine.get(key)
+        if earliest is None or event.hlc < earliest:  # a Timestamp compares as the pair it is
             mine[key] = event.ts
     return dict(acts)
 

@@ -45,6 +45,7 @@ class StoreError(RuntimeError):
 
 
 BUSY_TIMEOUT_S = 5.0  # how long a connection waits on another's lock
+CACHE_KIB = 32 * 1024  # SQLite's page cache per connection, filled only as pages are read
 
 
 def _write_ahead(db: sqlite3.Connection) -> None:
@@ -83,6 +84,10 @@ class EventStore:
             db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
             _write_ahead(db)
             db.execute("PRAGMA synchronous=FULL")
+            # pages kept in memory, at most: the index on ``id`` takes inserts at random places,
+            # and with SQLite's 2 MB default a catch-up of 100k events (a 10 MB index) read
+            # its pages back again and again: storing them cost 15% more CPU
+            db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             store = cls(db, path)
             store._migrate()
             (verdict,) = db.execute("PRAGMA quick_check").fetchone()
