@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +33,7 @@ from agents.core.author import Author
 from agents.core.clock import HybridClock
 from agents.core.events import AnyBody, Event, ResultBody
 from agents.core.fold import fold
-from agents.core.intake import Admitted, Held, Intake, Refused
+from agents.core.intake import Admission, Admitted, Held, Intake, Refused
 from agents.core.sync import EventIndex
 from agents.core.transitions import Transition, changes
 from agents.core.tree import PlanTree
@@ -252,18 +252,24 @@ class Member(MemberSync):
         is the tree after the batch: a state the events passed through inside one batch is
         never shown, as after a pull."""
         events: dict[str, Event] = {}
-        for raw in dict.fromkeys(raws):  # the same bytes twice in one batch are offered once
-            answer = self.intake.offer(raw)
-            if isinstance(answer, Admitted) and answer.event.id in events:
-                # a second signing of an event taken in this batch: apart, the index would have
-                # known it; it is counted, not logged or measured as a delivery again
-                self.stats.received += 1
-                continue
-            event = self._take(answer, "gossip")
-            if event is not None:
-                events[event.id] = event
+        # the same bytes twice in one batch are offered once
+        self._take_into(events, (self.intake.offer(raw) for raw in dict.fromkeys(raws)), "gossip")
         if events:
             self._admit(list(events.values()), "gossip")
+
+    def _take_into(self, batch: dict[str, Event], answers: Iterable[Admission], via: str) -> None:
+        """Intake answers in order, each counted and logged (``_take``); the events admitted go
+        into ``batch`` (by id: events to store together, by gossip or by one pull). An event
+        already in it (sent twice, or signed twice over: only its ticket holder can) is counted,
+        not logged or measured as a delivery again: one at a time, the index would have known
+        it (the propagation benchmark counts the "admitted" records, one per event)."""
+        for answer in answers:
+            if isinstance(answer, Admitted) and answer.event.id in batch:
+                self.stats.received += 1
+                continue
+            event = self._take(answer, via)
+            if event is not None:
+                batch[event.id] = event
 
     def _show(self, change: Transition) -> None:
         if self._on_transition is not None:

@@ -218,19 +218,10 @@ class MemberSync:
         return added
 
     def _screen_synced(self, frame: Decoded, unstored: dict[str, Event]) -> None:
-        """One decoded frame of synced events through the intake, into ``unstored``; an event
-        already there is skipped (``_take`` logs each admitted once: the propagation benchmark
-        counts those records)."""
-        for raw, decoded in frame:
-            if isinstance(decoded, EventRefused):
-                answer = self.intake.refuse_bytes(raw, decoded)  # the same bad bytes count once
-            elif decoded.id in unstored:
-                continue
-            else:
-                answer = self.intake.admit(decoded)
-            event = self._take(answer, "sync")
-            if event is not None:
-                unstored[event.id] = event
+        """One decoded frame of synced events through the intake, into ``unstored``
+        (``Member._take_into``, as gossip is)."""
+        self._take_into(unstored, (self.intake.refuse_bytes(raw, decoded) if isinstance(decoded, EventRefused)
+                                   else self.intake.admit(decoded) for raw, decoded in frame), "sync")
 
     async def sync_all(self) -> int:
         """Pull from every connected peer at once, until each pull ends; a slow or stalled peer
