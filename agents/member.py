@@ -8,9 +8,9 @@ Everything runs under one nursery (``Member.run``):
   peers of a rotation every ``SYNC_INTERVAL`` (``QUIET_SYNC_INTERVAL`` once nothing new
   has arrived for ``QUIET_AFTER``), and at once when the fold shows a
   gap in a feed; serve other members' pulls;
-* **act** (every role but the observer): ask the role's policy what to do
-  given the tree and our hybrid clock, and carry the intents out: claims and
-  renewals at once, model calls one at a time in a worker thread;
+* **act** (``agents.acting``; every role but the observer): ask the role's policy
+  what to do given the tree and our hybrid clock, and carry the intents out: claims
+  and renewals at once, model calls one at a time in a worker thread;
 * **release**: admit held events whose time has come.
 
 Our own events are signed, stored, folded and then gossiped; if the gossip is
@@ -28,10 +28,11 @@ from pathlib import Path
 import structlog
 import trio
 
+from agents.acting import HoldingStill, MemberActing
 from agents.core.admission import Credentials
 from agents.core.author import Author
 from agents.core.clock import HybridClock
-from agents.core.events import AnyBody, Event, ResultBody
+from agents.core.events import AnyBody, Event
 from agents.core.fold import fold
 from agents.core.intake import Admission, Admitted, Held, Intake, Refused
 from agents.core.sync import EventIndex
@@ -42,18 +43,13 @@ from agents.llm.base import Backend
 from agents.metrics import MemberMetrics, Snapshot
 from agents.net.base import Network
 from agents.ownfeed import OwnFeed
-from agents.roles import POLICIES, THINKING, Claim, Intent, Me, Renew
-from agents.roles.compose import compose, latency_key
+from agents.roles import Intent, Me
 from agents.store import EventStore, StoreError
 from agents.syncing import MemberSync
 
 log = structlog.get_logger("swarm.member")
 
-MUTE_WARNING_S = 30.0  # how often a member that cannot sign yet says why
-ACT_INTERVAL = 0.25
-RENEW_SPACING_FRACTION = 0.25  # at most one renewal per quarter lease
 GOSSIP_BATCH = 256  # gossiped events taken together at most: one transaction and one fold for them
-MODEL_RETRY_MAX_S = 30.0  # an unreachable model is tried again after 1, 2, 4, ... up to this many seconds
 
 
 def describe(event: Event) -> str:
@@ -103,11 +99,7 @@ class MemberStats:
     store_errors: int = 0  # writes the store refused (a full disk): nothing was acknowledged
 
 
-class HoldingStill(RuntimeError):
-    """``publish`` after ``hold_still``: the member signs nothing more."""
-
-
-class Member(MemberSync):
+class Member(MemberSync, MemberActing):
     def __init__(
         self,
         credentials: Credentials,
@@ -378,128 +370,3 @@ class Member(MemberSync):
             due = self.intake.release_due()
             if due:
                 self._admit(due, "held")
-
-    def hold_still(self) -> None:
-        """Sign nothing more (no vote, claim, renewal or result; a model call under way is
-        dropped), while events still come in and sync still serves and pulls: the drain before
-        a final read, so the copies can be compared without new events in flight."""
-        self.still = True
-        self.changed.set()
-
-    @property
-    def mute(self) -> bool:
-        """True while it must not sign: its store lost own events no peer has given back yet."""
-        return self.own is not None and not self.own.ready.is_set()
-
-    async def _act_loop(self, nursery: trio.Nursery) -> None:
-        policy = POLICIES[self.role]
-        assert self.own is not None
-        while not self.own.ready.is_set():
-            with trio.move_on_after(MUTE_WARNING_S):
-                await self.own.ready.wait()
-            if self.own.missing is not None and not self.own.ready.is_set():
-                self._log.warning(
-                    "cannot sign yet: own events up to this seq are missing from the store and no peer has "
-                    "returned them; signing now would fork this member's feed. If no peer ever holds them, "
-                    "re-admit this member under a new key (swarm admit CLUSTER_DIR --role ROLE --data-dir NEW_DIR)",
-                    head_seq=self.own.missing[0], stored_seq=self.own.author.seq)
-        while True:
-            self.changed = trio.Event()
-            if not await self._act_once(policy, nursery):
-                with trio.move_on_after(ACT_INTERVAL):
-                    await self.changed.wait()
-
-    async def _act_once(self, policy, nursery: trio.Nursery) -> bool:
-        """Carry out what the policy says now: start at most one model call, publish at most
-        one bookkeeping event. True when an event went out (decide again at once: the tree
-        changed, and the tree, not a memory of ours, says what was done)."""
-        if self.still:
-            return False
-        now = self.clock.peek().ms
-        # with the model unreachable, a claim could only be handed back unanswered: wait for it
-        model_down = trio.current_time() < self._model_down_until
-        for intent in policy(self.tree, self.me, now):
-            if intent in self._done or (model_down and isinstance(intent, (*THINKING, Claim))):
-                continue
-            if isinstance(intent, THINKING):
-                if not self._model_busy:
-                    self._model_busy = True
-                    self._done.add(intent)
-                    nursery.start_soon(self._think, intent)
-                continue
-            if isinstance(intent, Renew):
-                lease = self.tree.goal_of(self.tree.nodes[self.tree.claims[intent.claim].leaf]).claim_lease_ms
-                if now - self._last_renew.get(intent.claim, 0) < lease * RENEW_SPACING_FRACTION:
-                    continue
-                self._last_renew[intent.claim] = now
-            try:
-                await self.publish(compose(intent, self.tree, self.backend, self.me))  # type: ignore[arg-type]
-            except (StoreError, HoldingStill):
-                return False  # logged; the policy asks again next time (unless holding still)
-            return True
-        return False
-
-    def _note_model_reach(self, problem: str | None) -> None:
-        """Back off while the model cannot be reached at all (its service down or restarting), and
-        say so once when it goes and once when it comes back."""
-        if problem is None:
-            if self._model_failures:
-                self._log.warning("model reachable again", failed_calls=self._model_failures)
-            self._model_failures = 0
-            return
-        self._model_failures += 1
-        wait = min(MODEL_RETRY_MAX_S, 2.0 ** (self._model_failures - 1))
-        self._model_down_until = trio.current_time() + wait
-        if self._model_failures == 1:
-            self._log.warning("model unreachable: no proposals, votes or claims until it answers again",
-                              problem=problem, retry_in_s=wait)
-        if self.metrics is not None:
-            self.metrics.model_unreachable()
-
-    def _claim_gone(self, leaf: str, claim: str) -> bool:
-        node = self.tree.nodes.get(leaf)
-        return node is not None and node.claim != claim
-
-    async def _think(self, intent: Intent) -> None:
-        assert self.backend is not None
-        backend, tree = self.backend, self.tree
-        try:
-            kind, key = latency_key(intent)
-            delay = backend.latency_s(kind, key)
-            if delay > 0:
-                await trio.sleep(delay)
-            self.stats.model_calls += 1
-            self.doing = (kind, key, self.now_ms())
-            self._log.info("thinking", kind=kind, about=key[:10])
-            started, tokens_before = time.monotonic(), int(getattr(backend, "tokens", 0) or 0)
-            if self._think_in_thread:
-                body = await trio.to_thread.run_sync(compose, intent, tree, backend, self.me)
-            else:
-                body = compose(intent, tree, backend, self.me)
-            seconds = time.monotonic() - started
-            self._note_model_reach(getattr(backend, "unavailable", None))
-            tokens = int(getattr(backend, "tokens", 0) or 0) - tokens_before  # calls run one at a time
-            self._log.info("thought", kind=kind, about=key[:10], seconds=round(seconds, 2), tokens=tokens,
-                           outcome="failed" if body is None else body.kind)
-            if self.metrics is not None:
-                self.metrics.thought(kind, seconds, tokens)
-            if self.still:
-                pass  # holding still: nothing more is signed
-            elif body is None:
-                self._done.discard(intent)  # the model failed; the policy will ask again
-            elif isinstance(body, ResultBody) and self._claim_gone(body.leaf, body.claim):
-                # our claim lost or lapsed while we worked: the result could never be accepted
-                self._log.info("result discarded: claim no longer ours", leaf=body.leaf[:10])
-                if self._trace:
-                    self._trace(f"discarded its result for leaf {body.leaf[:8]}: claim no longer held")
-            else:
-                try:
-                    await self.publish(body)
-                except StoreError:
-                    self._done.discard(intent)  # not stored, not sent: think again later
-                except HoldingStill:
-                    pass
-        finally:
-            self._model_busy = False
-            self.doing = None
-            self.changed.set()
