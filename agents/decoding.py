@@ -35,7 +35,7 @@ from agents.core.events import (
     decode_unverified,
     signature_bytes,
 )
-from agents.core.identity import public_key_of, verify, verify_raw
+from agents.core.identity import public_key_of, verify
 from agents.verifier import Verifier, VerifierGone
 
 log = structlog.get_logger("decoding")
@@ -74,7 +74,7 @@ def _verify_chunk(decoded: Sequence[tuple[Event, bytes] | EventRefused],
     the signatures go to this thread's verifier process (worker threads only: a frame small
     enough to check inline is not worth a round trip, nor the caller a child)."""
     out: list[Event | EventRefused] = []
-    batch: list[tuple[bytes, bytes, bytes]] = []
+    batch: list[tuple[str, bytes, bytes]] = []
     waiting: list[int] = []  # positions in ``out`` whose verdict the batch gives
     for item in decoded:
         if isinstance(item, EventRefused):
@@ -90,11 +90,8 @@ def _verify_chunk(decoded: Sequence[tuple[Event, bytes] | EventRefused],
             out.append(event if verify(event.author, message, signature) else bad_signature(event))
             continue
         out.append(event)
-        if len(signature) == 64:
-            waiting.append(len(out) - 1)
-            batch.append((public_key_of(event.author), message, signature))
-        else:  # what identity.verify says of any other length (ValueError inside PyNaCl)
-            out[-1] = bad_signature(event)
+        waiting.append(len(out) - 1)
+        batch.append((event.author, message, signature))  # 64 bytes: the schema's pattern says so
     for at, valid in zip(waiting, _checked(batch), strict=True):
         if not valid:
             out[at] = bad_signature(out[at])  # type: ignore[arg-type]
@@ -105,21 +102,22 @@ _local = threading.local()
 RETRY_AFTER = 30.0  # seconds a worker thread whose verifier failed checks signatures itself
 
 
-def _checked(batch: list[tuple[bytes, bytes, bytes]]) -> list[bool]:
-    """The batch's verdicts from this thread's verifier process, or from this thread while it
-    has none: ``SWARM_VERIFY_PROCESSES=0``, or for ``RETRY_AFTER`` after one failed (a child
-    killed for memory, no process to spare). The verdicts are the same either way."""
+def _checked(batch: list[tuple[str, bytes, bytes]]) -> list[bool]:
+    """The verdicts on a batch of ``(author, message, signature)`` from this thread's verifier
+    process, or from this thread while it has none: ``SWARM_VERIFY_PROCESSES=0``, or for
+    ``RETRY_AFTER`` after one failed (a child killed for memory, no process to spare). The
+    verdicts are the same either way."""
     verifier = getattr(_local, "verifier", None)
     if verifier is None and _USE_PROCESSES and time.monotonic() >= getattr(_local, "retry_at", 0.0):
         verifier = _local.verifier = Verifier()
     if verifier is not None:
         try:
-            return verifier.check(batch)
+            return verifier.check([(public_key_of(author), message, signature) for author, message, signature in batch])
         except VerifierGone as exc:
             _local.verifier, _local.retry_at = None, time.monotonic() + RETRY_AFTER
             log.warning("signature checks fall back to this process", reason=str(exc)[:200],
                         retry_after_s=RETRY_AFTER)
-    return [verify_raw(key, message, signature) for key, message, signature in batch]
+    return [verify(author, message, signature) for author, message, signature in batch]
 
 
 def _unverified(raw: bytes) -> tuple[Event, bytes] | EventRefused:

@@ -70,15 +70,6 @@ def verify(peer_id: str, message: bytes, signature: bytes) -> bool:
     return True
 
 
-def verify_raw(public_key: bytes, message: bytes, signature: bytes) -> bool:
-    """``verify`` for a raw 32-byte public key (``public_key_of`` an author)."""
-    try:
-        VerifyKey(public_key).verify(message, signature)
-    except (BadSignatureError, ValueError):
-        return False
-    return True
-
-
 @dataclass(frozen=True, repr=False)
 class Identity:
     """A member's signing key. Its ``peer_id`` is the libp2p peer id of the same key."""
