@@ -140,18 +140,25 @@ def propagation(members: int, count: int = 40, rate: float = 5.0) -> tuple[float
             sent, cpu = trio.run(_publish, procs, cluster, count, rate, root)
         finally:
             stop(procs)
-        arrival: dict[str, list[float]] = {e: [] for e in sent}
+        # event -> member -> when it first took it: a member can log one event "admitted" twice
+        # (two pulls from different peers running at once, each before the other stored it),
+        # and counting records, not members, called such an event seen by all, or never
+        arrival: dict[str, dict[str, float]] = {e: {} for e in sent}
         by_sync: set[tuple[str, str]] = set()
         for proc in procs:
             for line in (proc.data_dir / "agent.log").read_text().splitlines():
                 if '"admitted"' not in line:
                     continue
                 record = json.loads(line)
-                if record.get("event_id") in arrival:
-                    arrival[record["event_id"]].append(datetime.fromisoformat(record["timestamp"]).timestamp())
+                event_id = record.get("event_id")
+                if event_id in arrival:
+                    at = datetime.fromisoformat(record["timestamp"]).timestamp()
+                    first = arrival[event_id].setdefault(proc.name, at)
+                    if at < first:
+                        arrival[event_id][proc.name] = at
                     if record.get("via") == "sync":
-                        by_sync.add((proc.name, record["event_id"]))
-        complete = sorted(max(times) - sent[e] for e, times in arrival.items() if len(times) == members)
+                        by_sync.add((proc.name, event_id))
+        complete = sorted(max(times.values()) - sent[e] for e, times in arrival.items() if len(times) == members)
         missing = len(sent) - len(complete)
         deliveries = sum(len(times) for times in arrival.values())
         cpu_ms = cpu * 1000 / deliveries if deliveries else float("nan")
