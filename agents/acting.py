@@ -1,8 +1,8 @@
 """The acting side of a member: what its role's policy asks for, carried out.
 
 A mixin of ``agents.member.Member`` (it shares the member's tree, clock, backend, stats
-and log), as ``agents.syncing`` is for sync. Every role but the observer runs
-``_act_loop``: ask the policy what to do given the tree and the hybrid clock, and carry
+and log), as ``agents.syncing`` is for sync. Every role but the observer and the
+client runs ``_act_loop``: ask the policy what to do given the tree and the hybrid clock, and carry
 the intents out, claims and renewals at once, model calls one at a time (on a worker
 thread when ``think_in_thread``). A member whose store lost its own newest events
 signs nothing until a peer gives them back (``mute``), and one told to ``hold_still``

@@ -8,7 +8,7 @@ Everything runs under one nursery (``Member.run``):
   peers of a rotation every ``SYNC_INTERVAL`` (``QUIET_SYNC_INTERVAL`` once nothing new
   has arrived for ``QUIET_AFTER``), and at once when the fold shows a
   gap in a feed; serve other members' pulls;
-* **act** (``agents.acting``; every role but the observer): ask the role's policy
+* **act** (``agents.acting``; every role but the observer and the client): ask the role's policy
   what to do given the tree and our hybrid clock, and carry the intents out: claims
   and renewals at once, model calls one at a time in a worker thread;
 * **release**: admit held events whose time has come.
@@ -251,10 +251,10 @@ class Member(MemberSync, MemberActing):
 
     def _take_into(self, batch: dict[str, Event], answers: Iterable[Admission], via: str) -> None:
         """Intake answers in order, each counted and logged (``_take``); the events admitted go
-        into ``batch`` (by id: events to store together, by gossip or by one pull). An event
-        already in it (sent twice, or signed twice over: only its ticket holder can) is counted,
-        not logged or measured as a delivery again: one at a time, the index would have known
-        it (the propagation benchmark counts the "admitted" records, one per event)."""
+        into ``batch`` (by id: events to store together, a gossip batch's or a pull's until it
+        next stores). An event already in it (sent twice, or signed twice over: only its ticket
+        holder can) is counted, not logged or measured as a delivery again: one at a time, the
+        index would have known it (the propagation benchmark reads the "admitted" records)."""
         for answer in answers:
             if isinstance(answer, Admitted) and answer.event.id in batch:
                 self.stats.received += 1

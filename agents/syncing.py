@@ -133,8 +133,8 @@ class MemberSync:
         added = 0
         whole = False
         pipeline = FramePipeline()
-        # screened, not yet stored, by id (an event sent twice in one pull is screened once):
-        # a page's wants and the fold wait for them
+        # screened, not yet stored, by id (an event sent twice in one pull is stored and logged
+        # once: ``Member._take_into``): a page's wants and the fold wait for them
         unstored: dict[str, Event] = {}
 
         def store() -> None:

@@ -86,8 +86,8 @@ class Verifier:
 
     def check(self, batch: Sequence[tuple[bytes, bytes, bytes]]) -> list[bool]:
         """Whether each ``(public key, message, signature)`` verifies. Keys must be 32 bytes and
-        signatures 64 (the caller refuses other lengths itself, as ``identity.verify`` does):
-        one of another length would shift every later item of the request."""
+        signatures 64 (a decoded event's are: ``events.SIGNATURE_PATTERN`` admits no other
+        length): one of another length would shift every later item of the request."""
         if not batch:
             return []
         if any(len(key) != 32 or len(signature) != 64 for key, _, signature in batch):

@@ -58,7 +58,6 @@ PeerIdText = Annotated[str, StringConstraints(pattern=r"^12D3KooW[1-9A-HJ-NP-Za-
 # spell it canonically (any other would decode to the same bytes: 16 spellings of one event)
 SIGNATURE_PATTERN = r"^[A-Za-z0-9+/]{85}[AQgw]==$"
 Signature = Annotated[str, StringConstraints(pattern=SIGNATURE_PATTERN)]
-_as_timestamp = tuple.__new__  # a Timestamp from a pair already known to be two ints
 Score = Annotated[int, Field(ge=1, le=5)]  # strict: true is not 1
 Round = Annotated[int, Field(ge=1, le=MAX_ROUND)]
 IdList = Annotated[tuple[Hex64, ...], Field(max_length=MAX_ROSTER)]
@@ -233,6 +232,9 @@ AUTHOR_ROLE: dict[str, Role] = {
     "result": "executor",
     "failure": "executor",
 }
+
+
+_as_timestamp = tuple.__new__  # ``Event.ts``: a Timestamp from a pair already known to be two ints
 
 
 class Event(_Strict):

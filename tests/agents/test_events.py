@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -12,6 +13,7 @@ from agents.core.canonical import canonical_bytes
 from agents.core.clock import Timestamp
 from agents.core.events import (
     MAX_EVENT_BYTES,
+    SIGNATURE_PATTERN,
     EventRefused,
     GoalBody,
     ProposalBody,
@@ -231,3 +233,19 @@ def test_a_lone_surrogate_is_refused_as_json_not_crashing_the_encoder() -> None:
     with pytest.raises(EventRefused) as refused:
         decode_event(raw)
     assert refused.value.rule == "json"
+
+
+@given(st.from_regex(SIGNATURE_PATTERN, fullmatch=True))
+def test_every_signature_the_schema_admits_is_64_bytes(text: str) -> None:
+    """The signature checks rely on it (``decoding`` hands every decoded signature to a
+    verifier process, whose requests have no room for another length)."""
+    assert len(base64.b64decode(text, validate=True)) == 64
+
+
+@pytest.mark.parametrize("length", [63, 65])
+def test_a_signature_of_another_length_is_refused_by_the_schema(length: int) -> None:
+    data = json.loads(_proposal().to_wire())
+    data["sig"] = base64.b64encode(bytes(length)).decode()
+    with pytest.raises(EventRefused) as refused:
+        decode_event(canonical_bytes(data))
+    assert refused.value.rule == "schema", refused.value

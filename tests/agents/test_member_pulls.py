@@ -18,6 +18,7 @@ import pytest
 import trio
 import trio.testing
 
+from agents.core.events import Event
 from agents.core.sync import EventIndex
 from agents.member import Member
 from agents.net.base import MAX_FRAME_BYTES, PeerStream, StreamClosed
@@ -547,3 +548,41 @@ def test_a_large_pull_stores_a_transaction_per_store_every_events_or_page_and_fo
     assert outcome["folded"] == len(held) == sum(expected)
     assert stored == expected, stored
     assert folds == [len(held)], folds  # once, with every event stored
+
+
+class _Recorder:
+    """A member's logger that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, str]] = []
+
+    def __getattr__(self, level: str):
+        return lambda message, **fields: self.records.append((level, message))
+
+
+def test_an_event_sent_twice_in_one_pull_frame_is_taken_once_as_by_gossip(tmp_path: Path) -> None:
+    """A pull's frames go through the same screen as a gossip batch (``Member._take_into``): a
+    copy already taken is counted, not stored, logged or measured as a delivery again (the
+    propagation benchmark counts "admitted" records, one per event and member)."""
+    feed = Feed("writer", "client")
+    events = [feed.at(EPOCH_MS - 10_000 + i, goal(f"Goal {i}", [identity("writer").peer_id], 1)) for i in range(3)]
+    frame = [(e.to_wire(), e) for e in events]
+    frame.insert(2, frame[0])
+    outcome: dict[str, object] = {}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            network = SimNetwork(SimFabric(random.Random(0), nursery), identity("watcher").peer_id)
+            with EventStore.open(tmp_path / "watcher") as store:
+                member = Member(credentials("watcher", "observer"), store, network, think_in_thread=False,
+                                now_ms=_now_ms)
+                member._log = recorder = _Recorder()  # type: ignore[assignment]
+                unstored: dict[str, Event] = {}
+                member._screen_synced(frame, unstored)
+                outcome.update(unstored=list(unstored), received=member.stats.received,
+                               admitted=[m for _, m in recorder.records].count("admitted"))
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert outcome["unstored"] == [e.id for e in events], outcome
+    assert outcome["received"] == 4, outcome  # the copy is counted as received
+    assert outcome["admitted"] == 3, outcome  # and logged once
