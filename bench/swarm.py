@@ -152,10 +152,8 @@ def propagation(members: int, count: int = 40, rate: float = 5.0) -> tuple[float
                 record = json.loads(line)
                 event_id = record.get("event_id")
                 if event_id in arrival:
-                    at = datetime.fromisoformat(record["timestamp"]).timestamp()
-                    first = arrival[event_id].setdefault(proc.name, at)
-                    if at < first:
-                        arrival[event_id][proc.name] = at
+                    at, times = datetime.fromisoformat(record["timestamp"]).timestamp(), arrival[event_id]
+                    times[proc.name] = min(at, times.get(proc.name, at))
                     if record.get("via") == "sync":
                         by_sync.add((proc.name, event_id))
         complete = sorted(max(times.values()) - sent[e] for e, times in arrival.items() if len(times) == members)

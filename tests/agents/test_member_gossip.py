@@ -67,4 +67,3 @@ def test_gossip_already_queued_is_stored_in_one_transaction_and_folded_once(
     assert outcome["folds"] == 2, outcome  # one fold per batch, not one per event
     assert outcome["digest"] == fold(events).digest
     assert outcome["admitted"] == len(events)  # the copy was taken once
-
