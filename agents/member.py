@@ -43,6 +43,7 @@ from agents.llm.base import Backend
 from agents.metrics import MemberMetrics, Snapshot
 from agents.net.base import Network
 from agents.ownfeed import OwnFeed
+from agents.pull_claims import PullClaims
 from agents.roles import Intent, Me
 from agents.store import EventStore, StoreError
 from agents.syncing import MemberSync
@@ -88,6 +89,7 @@ class MemberStats:
     sync_rounds: int = 0  # rounds of the sync loop: each pulls from the peers with no pull running
     sync_open_failed: int = 0  # pulls that could not open a stream to a peer we hold a connection to
     pulls_whole: int = 0  # pulls that ran to their end: all the peer offered was asked for
+    sync_skipped: int = 0  # wanted events a pull left to another running pull that had asked for them
     sync_bytes_in: int = 0  # frame bytes received in sync conversations, pulls and serves
     sync_bytes_out: int = 0  # frame bytes sent in them
     held: int = 0
@@ -165,6 +167,7 @@ class Member(MemberSync, MemberActing):
         self.sync_now = trio.Event()
         self._pulling: dict[str, float] = {}  # peer -> when its pull started or last moved (trio time)
         self._pull_done: dict[str, trio.Event] = {}  # peer -> set when its running pull ends
+        self._claims = PullClaims()  # what running pulls asked for: one event is fetched once
         self._sync_rounds: set[trio.CancelScope] = set()  # sync_all rounds: a moving pull extends them
         self._wedged: set[str] = set()  # peers whose pull outlived every deadline
         self._pull_after = b""  # the rotation's key of the last peer pulled from

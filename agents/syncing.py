@@ -18,6 +18,8 @@ conversation may run, apart from what the member does with events once they are 
   Such peers take at most ``SYNC_FANOUT - 1`` places of a round, the rotation the rest:
   a status may lie, and a liar buys no more than a pull from itself per ``SYNC_INTERVAL``
   (one place in a round, and a round every ``SYNC_INTERVAL`` while the member is quiet);
+* pulls running at once split what they fetch (``agents.pull_claims``), so a joiner
+  catching up from several peers takes each event once;
 * at most ``MAX_SERVING`` streams are served at once.
 """
 
@@ -47,7 +49,7 @@ MAX_SERVING = 16  # sync streams served at once: each may hold one frame in reas
 class MemberSync:
     """Sync for ``Member``: see the module's docstring. Its state (``_pulling``, ``_pull_done``,
     ``_sync_rounds``, ``_wedged``, ``_pull_after``, ``_ring_keys``, ``news_at``, ``_pull_wanted``,
-    ``_asked_pull``) is set by ``Member.__init__``."""
+    ``_asked_pull``, ``_claims``) is set by ``Member.__init__``."""
 
     async def _serve(self, stream: PeerStream) -> None:
         if self._serving >= MAX_SERVING:  # what peers can make us buffer stays bounded
@@ -101,6 +103,11 @@ class MemberSync:
         """Pull what ``peer`` has and we lack. Returns how many new events we stored.
         One pull per peer at a time: a second waits for the running one to end, then pulls
         (two at once fetched and verified the same events twice)."""
+        added, _skipped = await self._pull_counted(peer)
+        return added
+
+    async def _pull_counted(self, peer: str) -> tuple[int, int]:
+        """``pull_from``, and how many wanted events the pull left to other running pulls."""
         while (running := self._pull_done.get(peer)) is not None:
             await running.wait()
         return await self._pull_registered(peer, self._register_pull(peer))
@@ -110,7 +117,7 @@ class MemberSync:
         self._pulling[peer] = trio.current_time()
         return done
 
-    async def _pull_registered(self, peer: str, done: trio.Event) -> int:
+    async def _pull_registered(self, peer: str, done: trio.Event) -> tuple[int, int]:
         try:
             return await self._pull(peer)
         finally:
@@ -119,8 +126,9 @@ class MemberSync:
             self._wedged.discard(peer)
             done.set()
 
-    async def _pull(self, peer: str) -> int:
-        """One pull. Each events frame is checked as the next arrives (the workers check one
+    async def _pull(self, peer: str) -> tuple[int, int]:
+        """One pull; returns the events it stored and, when it ran to its end, those it
+        skipped (``agents.pull_claims``: another running pull had asked for them). Each events frame is checked as the next arrives (the workers check one
         frame while this thread screens the one before), stored ``STORE_EVERY`` events to a
         transaction and at each new offer page (a commit per 500-event frame was 200 fsyncs
         in a 100k catch-up), and the tree is folded once at the end, after the last commit:
@@ -131,7 +139,7 @@ class MemberSync:
         started = trio.current_time()
         scope = trio.CancelScope(deadline=started + PULL_DEADLINE)
         added = 0
-        whole = False
+        whole = ran_out = False
         pipeline = FramePipeline()
         # screened, not yet stored, by id (an event sent twice in one pull is stored and logged
         # once: ``Member._take_into``): a page's wants and the fold wait for them
@@ -144,6 +152,7 @@ class MemberSync:
                 unstored.clear()
 
         def moved() -> None:
+            claim.moved()
             now = self._pulling[peer] = trio.current_time()
             scope.deadline = min(started + PULL_LIMIT, now + PULL_DEADLINE)
             for round_scope in self._sync_rounds:
@@ -167,16 +176,17 @@ class MemberSync:
         except StreamClosed as exc:
             self.stats.sync_open_failed += 1
             self._log.debug("sync open failed", peer=peer[-8:], reason=repr(exc)[:200])
-            return 0
+            return 0, 0
         if dial.cancelled_caught:
             self.stats.sync_open_failed += 1
             self._log.debug("sync open failed", peer=peer[-8:], reason="timed out")
-            return 0
+            return 0, 0
         stream = MeteredStream(stream)
+        claim = self._claims.open()
         try:
             with scope:
-                await pull(stream, self.index, self.credentials,
-                           known=lambda event_id: self.intake.knows(event_id), on_events=frame, on_page=page)
+                await pull(stream, self.index, self.credentials, known=lambda event_id: self.intake.knows(event_id),
+                           on_events=frame, on_page=page, take=claim.take)
             if scope.cancelled_caught:
                 store()  # so that the count below is what this pull stored
                 self.stats.sync_timeouts += 1
@@ -191,7 +201,10 @@ class MemberSync:
         except StreamClosed as exc:
             self._log.info("sync failed", peer=peer[-8:], reason=str(exc)[:200])
         else:
-            whole = not scope.cancelled_caught  # only a whole pull shows all the peer holds of ours
+            # only a whole pull shows all the peer holds of ours: not one cut, nor one that left
+            # some of it to another pull (that pull may yet fail)
+            ran_out = not scope.cancelled_caught
+            whole = ran_out and not claim.skipped
         finally:
             # before the close, which can be cancelled from outside (a round cut short, a
             # one-shot ending): what earlier frames stored is folded even then
@@ -200,7 +213,11 @@ class MemberSync:
             try:
                 self._screen_synced(pipeline.drain(), unstored)
             finally:
-                store()  # what earlier frames screened, whatever became of the last
+                try:
+                    store()  # what earlier frames screened, whatever became of the last
+                finally:
+                    claim.close()  # after the store: what others skipped is in the index, or wanted again
+                    self.stats.sync_skipped += claim.skipped
             if added:
                 self._refold()
                 moved()  # folding a million events takes a while: work, not a stalled pull
@@ -215,7 +232,7 @@ class MemberSync:
             self._log.info("synced", peer=peer[-8:], events=added)
             if self._trace:
                 self._trace(f"pulled {added} event(s) from {peer[-8:]}")
-        return added
+        return added, claim.skipped if ran_out else 0
 
     def _screen_synced(self, frame: Decoded, unstored: dict[str, Event]) -> None:
         """One decoded frame of synced events through the intake, into ``unstored``
@@ -227,12 +244,21 @@ class MemberSync:
         """Pull from every connected peer at once, until each pull ends; a slow or stalled peer
         delays nobody else. For one-shot tools; a running member pulls from ``_sync_loop``.
 
+        The pulls split what they fetch (``agents.pull_claims``). Once all have ended, the
+        peers whose pulls ran to their end but left some of it to another (that one may have
+        failed) are pulled from again, one at a time: what nobody fetched is fetched then, and
+        those pulls, with nobody else's claims to skip, are whole.
+
         The round as a whole is bounded too: once no pull has moved for a while (a close that
         hangs on a blackholed connection) it is cancelled rather than stalling the caller."""
         counts: list[int] = []
+        again: list[str] = []
 
         async def one(peer: str) -> None:
-            counts.append(await self.pull_from(peer))
+            added, skipped = await self._pull_counted(peer)
+            counts.append(added)
+            if skipped:
+                again.append(peer)
 
         with trio.move_on_after(PULL_DEADLINE + 2 * SYNC_INTERVAL) as round_scope:
             self._sync_rounds.add(round_scope)
@@ -240,6 +266,8 @@ class MemberSync:
                 async with trio.open_nursery() as nursery:
                     for peer in self.network.connected_peers():
                         nursery.start_soon(one, peer)
+                for peer in again:  # one at a time: at once, they would split it all over again
+                    counts.append((await self._pull_counted(peer))[0])
             finally:
                 self._sync_rounds.discard(round_scope)
         if round_scope.cancelled_caught:

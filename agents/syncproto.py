@@ -80,6 +80,8 @@ from agents.net.base import MAX_FRAME_BYTES, PeerStream, StreamClosed
 
 BATCH = 500  # events one need asks for: ids and the seqs of its ranges together
 NEEDS_AHEAD = 2  # needs a puller has in flight: the server builds one frame while it takes another
+# cuts a need's batch: (wanted ids, wanted ranges, room) -> (ids, ranges) to ask now, and left
+Take = Callable[[list[str], list[SeqRange], int], tuple[list[str], list[SeqRange], list[str], list[SeqRange]]]
 OFFER_PAGE = 20_000  # ids and runs in one offer frame (about 1.4 MB); the rest come on "next"
 PROTOCOL = "/swarm/sync/4.0.0"
 EVENTS_BUDGET = 1024 * 1024  # a server stops adding events to a frame once it is this big
@@ -333,7 +335,8 @@ async def peek(stream: PeerStream, index: EventIndex, me: Credentials) -> Summar
 async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
                known: Callable[[str], bool] = lambda _id: False,
                on_events: Callable[[list[bytes]], None] | None = None,
-               on_page: Callable[[], None] = lambda: None) -> tuple[list[bytes], Summary]:
+               on_page: Callable[[], None] = lambda: None,
+               take: Take | None = None) -> tuple[list[bytes], Summary]:
     """Pull from the peer what it offers and we lack (and ``known`` does not rule out).
     Returns the raw events (unverified: run them through the intake) and the peer's summary.
 
@@ -342,13 +345,15 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
     next time (``index``/``known``) should the pull be cut. ``on_page`` is told of each
     offer page after the first (progress too: pages may list only what we hold). A page
     that says more follow must list some ids or a run: an endless run of empty pages would
-    be progress about nothing."""
+    be progress about nothing. ``take`` cuts each need's batch from what is wanted (by
+    default the next ``BATCH`` ids and seqs; ``agents.pull_claims`` leaves out what another
+    running pull asked for)."""
     reply, theirs = await _open_pull(stream, index, me)
     received: list[bytes] = []
     while True:
         page = _offer_from(reply.get("authors"))
         more = _more(reply, page)
-        await _fetch(stream, page, index, known, received if on_events is None else on_events)
+        await _fetch(stream, page, index, known, received if on_events is None else on_events, take or next_batch)
         if not more:
             break
         await stream.send(encode_message({"type": "next"}))
@@ -358,8 +363,16 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
     return received, theirs
 
 
+def next_batch(ids: list[str], ranges: list[SeqRange],
+               room: int) -> tuple[list[str], list[SeqRange], list[str], list[SeqRange]]:
+    """The first ``room`` of ``ids`` then of the seqs of ``ranges``, and what is left of each."""
+    these, ids = ids[:room], ids[room:]
+    these_ranges, ranges = split_ranges(ranges, room - len(these))
+    return these, these_ranges, ids, ranges
+
+
 async def _fetch(stream: PeerStream, page: Offer, index: EventIndex, known: Callable[[str], bool],
-                 to: list[bytes] | Callable[[list[bytes]], None]) -> None:
+                 to: list[bytes] | Callable[[list[bytes]], None], take: Take) -> None:
     """Ask for what one offer page lists and we lack (ids, and runs by seq); each events
     frame goes ``to``. ``NEEDS_AHEAD`` needs are in flight at once, so the server builds the
     next frame while we take this one (with one need at a time each side waited on the other)."""
@@ -368,8 +381,9 @@ async def _fetch(stream: PeerStream, page: Offer, index: EventIndex, known: Call
     asked: deque[tuple[list[str], list[SeqRange]]] = deque()
     while True:
         while (ids or ranges) and len(asked) < NEEDS_AHEAD:
-            these, ids = ids[:BATCH], ids[BATCH:]
-            these_ranges, ranges = split_ranges(ranges, BATCH - len(these))
+            these, these_ranges, ids, ranges = take(ids, ranges, BATCH)
+            if not these and not these_ranges:  # all of it asked by another pull
+                continue
             await stream.send(encode_message({"type": "need", "ids": these,
                                               "ranges": [r.wire() for r in these_ranges]}))
             asked.append((these, these_ranges))
@@ -423,7 +437,9 @@ __all__ = [
     "StreamClosed",
     "SyncProtocolError",
     "SyncRefused",
+    "Take",
     "TicketError",
+    "next_batch",
     "peek",
     "pull",
     "serve_pull",

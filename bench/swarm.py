@@ -47,6 +47,7 @@ from bench.synthetic import AUTHORITY, CLUSTER, plan_log
 PROPAGATION_SIZES = tuple(int(n) for n in os.environ.get("BENCH_PROPAGATION", "4,8,16,32,50").split(","))
 IDLE_SIZES = tuple(int(n) for n in os.environ.get("BENCH_IDLE", "3,9,21,30,50").split(","))
 LATE_JOIN_SIZES = tuple(int(n) for n in os.environ.get("BENCH_LATE_JOIN", "1000,10000,100000,1000000").split(","))
+SEVERAL_HOLDERS_EVENTS = 20_000  # a late joiner pulling from three holders at once, against one
 
 
 def _observers(root: Path, count: int, cluster: str) -> list[Proc]:
@@ -206,30 +207,36 @@ def signature_floor(events: list[Event]) -> float:
         return time.perf_counter() - start
 
 
-def catch_up(batch: list[Event]) -> CatchUp:
+def catch_up(batch: list[Event], holders: int = 1) -> CatchUp:
+    """A late joiner (``swarm observe``) bootstrapped to ``holders`` members holding ``batch``."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        data_dir = root / "holder"
-        with EventStore.open(data_dir) as store:
-            store.add_many(batch)
         digest = fold(batch).digest
-        # the log's own cluster and authority admit the holder and the late joiner
+        # the log's own cluster and authority admit the holders and the late joiner
         from agents.clusterdir import write_ticket
         from agents.core.admission import issue
 
-        for name in ("holder", "late"):
-            write_ticket(root / name, issue(AUTHORITY, CLUSTER, load_or_create(root / name).peer_id, "observer"))
-        holder = Proc("holder", data_dir, free_port(), load_or_create(data_dir).peer_id)
-        start_agent(holder, "observer", [holder], cluster=CLUSTER)
-        while not (data_dir / "addrs").exists():
-            time.sleep(0.1)
+        procs = []
+        for number in range(holders):
+            data_dir = root / f"holder{number}"
+            with EventStore.open(data_dir) as store:
+                store.add_many(batch)
+            peer = load_or_create(data_dir).peer_id
+            write_ticket(data_dir, issue(AUTHORITY, CLUSTER, peer, "observer"))
+            procs.append(Proc(f"holder{number}", data_dir, free_port(), peer))
+        write_ticket(root / "late", issue(AUTHORITY, CLUSTER, load_or_create(root / "late").peer_id, "observer"))
+        for holder in procs:
+            start_agent(holder, "observer", procs, cluster=CLUSTER)
+        for holder in procs:
+            while not (holder.data_dir / "addrs").exists():
+                time.sleep(0.1)
         try:
             with open(root / "late.err", "w+") as errors:
                 start = time.perf_counter()
                 joiner = subprocess.Popen([*swarm_command(), "observe", "--timeout", "600", "--cluster", CLUSTER,
-                                           "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0", "--bootstrap",
-                                           holder.address, "--data-dir", str(root / "late"),
-                                           "--json", str(root / "late.json")],
+                                           "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0",
+                                           *(arg for holder in procs for arg in ("--bootstrap", holder.address)),
+                                           "--data-dir", str(root / "late"), "--json", str(root / "late.json")],
                                           stdout=subprocess.DEVNULL, stderr=errors)
                 try:
                     _, status, usage = os.wait4(joiner.pid, 0)  # its own peak RSS, not all children's
@@ -243,7 +250,7 @@ def catch_up(batch: list[Event]) -> CatchUp:
                 if joiner.returncode != 0:
                     raise RuntimeError(errors.read()[-2000:])
         finally:
-            stop([holder])
+            stop(procs)
         with EventStore.open(root / "late") as store:
             assert store.count() == len(batch), (store.count(), len(batch))
         report = json.loads((root / "late.json").read_text())
@@ -328,6 +335,16 @@ def late_joins() -> None:
         print(f"| {events:,} | {run.seconds:.1f} | {net:.1f} | {floor:.2f} | {net / floor:.1f}x "
               f"| {run.bytes_in / 1e6:.1f} | {run.bytes_out / 1e3:.0f} | {run.peak_mb:.0f} | {run.same_digest} |", flush=True)
         assert run.same_digest, f"the late joiner's tree differs from the holder's at {events} events"
+    print("\nFrom three holders at once (its pulls split the events: `agents/pull_claims.py`), against one, "
+          f"{SEVERAL_HOLDERS_EVENTS:,} events:")
+    print("| holders | joiner wall (s) | received (MB) | vs one holder (wall, bytes) | same digest |")
+    print("|---:|---:|---:|---:|:---:|")
+    batch = _log_of(SEVERAL_HOLDERS_EVENTS)
+    one = catch_up(batch)
+    for holders, run in ((1, one), (3, catch_up(batch, holders=3))):
+        print(f"| {holders} | {run.seconds:.1f} | {run.bytes_in / 1e6:.1f} | {run.seconds / one.seconds:.2f}x, "
+              f"{run.bytes_in / one.bytes_in:.2f}x | {run.same_digest} |", flush=True)
+        assert run.same_digest, f"the late joiner's tree differs from the holders' ({holders} holders)"
 
 
 def main() -> None:
