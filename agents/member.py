@@ -168,6 +168,7 @@ class Member(MemberSync, MemberActing):
         self._pulling: dict[str, float] = {}  # peer -> when its pull started or last moved (trio time)
         self._pull_done: dict[str, trio.Event] = {}  # peer -> set when its running pull ends
         self._claims = PullClaims()  # what running pulls asked for: one event is fetched once
+        self._fold_owed = False  # a pull stored events and left the fold to another still moving
         self._sync_rounds: set[trio.CancelScope] = set()  # sync_all rounds: a moving pull extends them
         self._wedged: set[str] = set()  # peers whose pull outlived every deadline
         self._pull_after = b""  # the rotation's key of the last peer pulled from
@@ -275,13 +276,17 @@ class Member(MemberSync, MemberActing):
             self._transitions_file.flush()
 
     def close(self) -> None:
-        """Release what the member holds outside trio (its transition log)."""
+        """Release what the member holds outside trio (its transition log), once the tree
+        shows everything stored (a fold a pull put off: ``MemberSync._pull``)."""
+        if self._fold_owed:
+            self._refold()
         if self._transitions_file is not None:
             self._transitions_file.close()
             self._transitions_file = None
 
     def _refold(self) -> None:
         self.stats.folds += 1
+        self._fold_owed = False
         with settled():
             tree = fold(self.index.events())
         for change in changes(self.tree, tree):
@@ -363,6 +368,8 @@ class Member(MemberSync, MemberActing):
         """After a completed pull: whatever a peer held of our own feed is ours now."""
         if self.own is None or self.author is None:
             return
+        if self._fold_owed and not self.own.ready.is_set():  # it reads the tree
+            self._refold()
         own = [e for e in self.index.events() if e.author == self.author.peer_id]
         if self.own.learned(own, self.tree, peer, len(self.network.connected_peers())) and own:
             self._log.warning("recovered own feed from a peer", seq=self.author.seq)

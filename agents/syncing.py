@@ -19,7 +19,9 @@ conversation may run, apart from what the member does with events once they are 
   a status may lie, and a liar buys no more than a pull from itself per ``SYNC_INTERVAL``
   (one place in a round, and a round every ``SYNC_INTERVAL`` while the member is quiet);
 * pulls running at once split what they fetch (``agents.pull_claims``), so a joiner
-  catching up from several peers takes each event once;
+  catching up from several peers takes each event about once, and pulls ending together
+  fold once (``_fold_owed``: the last to end folds, or the sync loop within
+  ``SYNC_INTERVAL``, ``sync_all`` before it returns, ``close``);
 * at most ``MAX_SERVING`` streams are served at once.
 """
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 
 import trio
 
@@ -43,6 +46,8 @@ PULL_DEADLINE = 10.0  # a pull or serve that moves nothing this long is dropped 
 PULL_LIMIT = 300.0  # a whole pull or serve, however much it moves: a drip-feeding peer is cut too
 WEDGED_AFTER = PULL_DEADLINE + 2 * SYNC_INTERVAL  # a pull this long without progress ignored its cancellation
 STORE_EVERY = 4096  # synced events stored per transaction: each commit is an fsync (~15 ms here)
+STORE_AFTER_S = 1.0  # and stored at least this often: other pulls leave what one holds to it
+OTHERS_MOVING_S = 1.0  # a pull ending while another moved this recently leaves the fold to it
 MAX_SERVING = 16  # sync streams served at once: each may hold one frame in reassembly
 
 
@@ -127,10 +132,12 @@ class MemberSync:
             done.set()
 
     async def _pull(self, peer: str) -> tuple[int, int]:
-        """One pull; returns the events it stored and, when it ran to its end, those it
-        skipped (``agents.pull_claims``: another running pull had asked for them). Each events frame is checked as the next arrives (the workers check one
-        frame while this thread screens the one before), stored ``STORE_EVERY`` events to a
-        transaction and at each new offer page (a commit per 500-event frame was 200 fsyncs
+        """One pull; returns the events it stored and, when it ran to its end, how many it
+        left to another pull that held them (``agents.pull_claims``). Each events frame is
+        checked as the next arrives (the workers check one frame while this thread screens
+        the one before), stored ``STORE_EVERY`` events to a transaction, at least every
+        ``STORE_AFTER_S`` (what a pull holds, others leave to it) and at each new offer page
+        (a commit per 500-event frame was 200 fsyncs
         in a 100k catch-up), and the tree is folded once at the end, after the last commit:
         a 100k-event catch-up is about two hundred frames, and folding after each made it
         quadratic. The deadline counts from the last events frame
@@ -144,12 +151,20 @@ class MemberSync:
         # screened, not yet stored, by id (an event sent twice in one pull is stored and logged
         # once: ``Member._take_into``): a page's wants and the fold wait for them
         unstored: dict[str, Event] = {}
+        stored_at = started
 
         def store() -> None:
-            nonlocal added
+            nonlocal added, stored_at
+            stored_at = trio.current_time()
             if unstored:
                 added += self._admit(list(unstored.values()), "sync", refold=False)
                 unstored.clear()
+            claim.stored()
+
+        def screen(decoded: Decoded) -> None:
+            before = len(unstored)
+            self._screen_synced(decoded, unstored)
+            claim.hold(itertools.islice(unstored.values(), before, None))
 
         def moved() -> None:
             claim.moved()
@@ -159,15 +174,17 @@ class MemberSync:
                 round_scope.deadline = max(round_scope.deadline, now + PULL_DEADLINE + 2 * SYNC_INTERVAL)
 
         def frame(raws: list[bytes]) -> None:
-            self._screen_synced(pipeline.push(raws), unstored)
-            if len(unstored) >= STORE_EVERY:
+            screen(pipeline.push(raws))
+            if len(unstored) >= STORE_EVERY or trio.current_time() - stored_at >= STORE_AFTER_S:
                 store()
             moved()
 
-        def page() -> None:
-            # the next page's wants are read from the index: everything received goes in first
-            self._screen_synced(pipeline.drain(), unstored)
+        def settle() -> None:
+            screen(pipeline.drain())
             store()
+
+        def page() -> None:
+            settle()  # the next page's wants are read from the index: everything received goes in first
             moved()
 
         try:
@@ -182,11 +199,11 @@ class MemberSync:
             self._log.debug("sync open failed", peer=peer[-8:], reason="timed out")
             return 0, 0
         stream = MeteredStream(stream)
-        claim = self._claims.open()
+        claim = self._claims.open(self.index, settle=settle)
         try:
             with scope:
                 await pull(stream, self.index, self.credentials, known=lambda event_id: self.intake.knows(event_id),
-                           on_events=frame, on_page=page, take=claim.take)
+                           on_events=frame, on_page=page, batches=claim)
             if scope.cancelled_caught:
                 store()  # so that the count below is what this pull stored
                 self.stats.sync_timeouts += 1
@@ -204,23 +221,26 @@ class MemberSync:
             # only a whole pull shows all the peer holds of ours: not one cut, nor one that left
             # some of it to another pull (that pull may yet fail)
             ran_out = not scope.cancelled_caught
-            whole = ran_out and not claim.skipped
+            whole = ran_out and not claim.left
         finally:
             # before the close, which can be cancelled from outside (a round cut short, a
             # one-shot ending): what earlier frames stored is folded even then
             self.stats.sync_bytes_in += stream.received
             self.stats.sync_bytes_out += stream.sent
             try:
-                self._screen_synced(pipeline.drain(), unstored)
+                screen(pipeline.drain())
             finally:
                 try:
                     store()  # what earlier frames screened, whatever became of the last
                 finally:
-                    claim.close()  # after the store: what others skipped is in the index, or wanted again
-                    self.stats.sync_skipped += claim.skipped
-            if added:
-                self._refold()
-                moved()  # folding a million events takes a while: work, not a stalled pull
+                    claim.close()  # after the store: what others left to this pull is in the index
+                    self.stats.sync_skipped += claim.left
+            if added or self._fold_owed:
+                if self._others_moving(peer):  # pulls ending together fold once, the last to end
+                    self._fold_owed = True
+                else:
+                    self._refold()
+                    moved()  # folding a million events takes a while: work, not a stalled pull
             await stream.aclose()
         if whole:
             self.stats.pulls_whole += 1
@@ -232,7 +252,13 @@ class MemberSync:
             self._log.info("synced", peer=peer[-8:], events=added)
             if self._trace:
                 self._trace(f"pulled {added} event(s) from {peer[-8:]}")
-        return added, claim.skipped if ran_out else 0
+        return added, claim.left if ran_out else 0
+
+    def _others_moving(self, peer: str) -> bool:
+        """Another pull of this member brought a frame under ``OTHERS_MOVING_S`` ago: it will
+        fold what this one stored when it ends (or the sync loop, or ``sync_all``, will)."""
+        now = trio.current_time()
+        return any(other != peer and now - moved < OTHERS_MOVING_S for other, moved in self._pulling.items())
 
     def _screen_synced(self, frame: Decoded, unstored: dict[str, Event]) -> None:
         """One decoded frame of synced events through the intake, into ``unstored``
@@ -244,10 +270,10 @@ class MemberSync:
         """Pull from every connected peer at once, until each pull ends; a slow or stalled peer
         delays nobody else. For one-shot tools; a running member pulls from ``_sync_loop``.
 
-        The pulls split what they fetch (``agents.pull_claims``). Once all have ended, the
-        peers whose pulls ran to their end but left some of it to another (that one may have
-        failed) are pulled from again, one at a time: what nobody fetched is fetched then, and
-        those pulls, with nobody else's claims to skip, are whole.
+        The pulls split what they fetch (``agents.pull_claims``). A pull that left events to
+        another that held them is not whole (they may not be stored when it ends): once every
+        pull of this member has ended (its own loops' too), those peers are pulled from
+        again, one at a time, until none leaves anything to another.
 
         The round as a whole is bounded too: once no pull has moved for a while (a close that
         hangs on a blackholed connection) it is cancelled rather than stalling the caller."""
@@ -266,10 +292,16 @@ class MemberSync:
                 async with trio.open_nursery() as nursery:
                     for peer in self.network.connected_peers():
                         nursery.start_soon(one, peer)
-                for peer in again:  # one at a time: at once, they would split it all over again
-                    counts.append((await self._pull_counted(peer))[0])
+                while again:
+                    for running in list(self._pull_done.values()):
+                        await running.wait()
+                    peers, again = again, []
+                    for peer in peers:  # one at a time: at once, they would split it all over again
+                        await one(peer)
             finally:
                 self._sync_rounds.discard(round_scope)
+        if self._fold_owed:  # the round's caller reads the tree next
+            self._refold()
         if round_scope.cancelled_caught:
             self.stats.sync_timeouts += 1
             self._log.warning("sync round cut short: a pull outlived its deadline")
@@ -295,6 +327,8 @@ class MemberSync:
             with trio.move_on_after(SYNC_INTERVAL) as wait:
                 await self.sync_now.wait()
             self._drop_wedged_pulls()  # every SYNC_INTERVAL, quiet or not
+            if self._fold_owed:  # a fold a pull left to others still moving: never more than this late
+                self._refold()
             now = trio.current_time()
             # a muted member (its store behind its own feed) waits for its own events, and one
             # with peers still to pull from for holding more: neither is quiet

@@ -62,6 +62,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+import trio
 
 from agents.core.admission import Credentials, TicketError
 from agents.core.events import MAX_INT
@@ -80,8 +81,7 @@ from agents.net.base import MAX_FRAME_BYTES, PeerStream, StreamClosed
 
 BATCH = 500  # events one need asks for: ids and the seqs of its ranges together
 NEEDS_AHEAD = 2  # needs a puller has in flight: the server builds one frame while it takes another
-# cuts a need's batch: (wanted ids, wanted ranges, room) -> (ids, ranges) to ask now, and left
-Take = Callable[[list[str], list[SeqRange], int], tuple[list[str], list[SeqRange], list[str], list[SeqRange]]]
+PENDING_POLL_S = 0.2  # how often a pull with nothing in flight looks again at what it put off
 OFFER_PAGE = 20_000  # ids and runs in one offer frame (about 1.4 MB); the rest come on "next"
 PROTOCOL = "/swarm/sync/4.0.0"
 EVENTS_BUDGET = 1024 * 1024  # a server stops adding events to a frame once it is this big
@@ -336,7 +336,7 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
                known: Callable[[str], bool] = lambda _id: False,
                on_events: Callable[[list[bytes]], None] | None = None,
                on_page: Callable[[], None] = lambda: None,
-               take: Take | None = None) -> tuple[list[bytes], Summary]:
+               batches: Batches | None = None) -> tuple[list[bytes], Summary]:
     """Pull from the peer what it offers and we lack (and ``known`` does not rule out).
     Returns the raw events (unverified: run them through the intake) and the peer's summary.
 
@@ -345,15 +345,16 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
     next time (``index``/``known``) should the pull be cut. ``on_page`` is told of each
     offer page after the first (progress too: pages may list only what we hold). A page
     that says more follow must list some ids or a run: an endless run of empty pages would
-    be progress about nothing. ``take`` cuts each need's batch from what is wanted (by
-    default the next ``BATCH`` ids and seqs; ``agents.pull_claims`` leaves out what another
-    running pull asked for)."""
+    be progress about nothing. ``batches`` cuts each need's batch from what is wanted (by
+    default the next ``BATCH`` ids and seqs; ``agents.pull_claims.Claim`` puts off what
+    another running pull is fetching, and has the pull wait while it is ``pending``)."""
     reply, theirs = await _open_pull(stream, index, me)
     received: list[bytes] = []
     while True:
         page = _offer_from(reply.get("authors"))
         more = _more(reply, page)
-        await _fetch(stream, page, index, known, received if on_events is None else on_events, take or next_batch)
+        await _fetch(stream, page, index, known, received if on_events is None else on_events,
+                     batches or Batches())
         if not more:
             break
         await stream.send(encode_message({"type": "next"}))
@@ -363,16 +364,27 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
     return received, theirs
 
 
-def next_batch(ids: list[str], ranges: list[SeqRange],
-               room: int) -> tuple[list[str], list[SeqRange], list[str], list[SeqRange]]:
-    """The first ``room`` of ``ids`` then of the seqs of ``ranges``, and what is left of each."""
-    these, ids = ids[:room], ids[room:]
-    these_ranges, ranges = split_ranges(ranges, room - len(these))
-    return these, these_ranges, ids, ranges
+class Batches:
+    """The plain cut: the next ``BATCH`` ids, then seqs, of what is wanted."""
+
+    def take(self, ids: list[str], ranges: list[SeqRange],
+             room: int) -> tuple[list[str], list[SeqRange], list[str], list[SeqRange]]:
+        """Up to ``room`` ids then seqs to ask for now, and what is left of each."""
+        these, ids = ids[:room], ids[room:]
+        these_ranges, ranges = split_ranges(ranges, room - len(these))
+        return these, these_ranges, ids, ranges
+
+    def pending(self) -> bool:
+        """Something is left to take later, once others' fetches settle (never, here)."""
+        return False
+
+    async def wait(self) -> None:
+        """Wait a while before taking again what is ``pending``."""
+        await trio.sleep(PENDING_POLL_S)
 
 
 async def _fetch(stream: PeerStream, page: Offer, index: EventIndex, known: Callable[[str], bool],
-                 to: list[bytes] | Callable[[list[bytes]], None], take: Take) -> None:
+                 to: list[bytes] | Callable[[list[bytes]], None], batches: Batches) -> None:
     """Ask for what one offer page lists and we lack (ids, and runs by seq); each events
     frame goes ``to``. ``NEEDS_AHEAD`` needs are in flight at once, so the server builds the
     next frame while we take this one (with one need at a time each side waited on the other)."""
@@ -380,15 +392,18 @@ async def _fetch(stream: PeerStream, page: Offer, index: EventIndex, known: Call
     ids = [i for i in ids if not known(i)]
     asked: deque[tuple[list[str], list[SeqRange]]] = deque()
     while True:
-        while (ids or ranges) and len(asked) < NEEDS_AHEAD:
-            these, these_ranges, ids, ranges = take(ids, ranges, BATCH)
-            if not these and not these_ranges:  # all of it asked by another pull
-                continue
+        while len(asked) < NEEDS_AHEAD:
+            these, these_ranges, ids, ranges = batches.take(ids, ranges, BATCH)
+            if not these and not these_ranges:  # nothing (more) to ask for now
+                break
             await stream.send(encode_message({"type": "need", "ids": these,
                                               "ranges": [r.wire() for r in these_ranges]}))
             asked.append((these, these_ranges))
         if not asked:
-            return
+            if not batches.pending():
+                return
+            await batches.wait()  # what is left, another pull is fetching: see what it brings
+            continue
         these, these_ranges = asked.popleft()
         frame, rest, rest_ranges = _checked_answer(await _receive(stream, "events"), these, these_ranges)
         if isinstance(to, list):
@@ -434,12 +449,11 @@ __all__ = [
     "LIMITS",
     "OFFER_PAGE",
     "PROTOCOL",
+    "Batches",
     "StreamClosed",
     "SyncProtocolError",
     "SyncRefused",
-    "Take",
     "TicketError",
-    "next_batch",
     "peek",
     "pull",
     "serve_pull",
