@@ -51,8 +51,8 @@ offering no ids. Skipping seqs it holds is no option: a puller cannot tell that 
 event at a seq is the server's without the server's id, and a fork's other branch
 skipped would stay unseen for good.
 The first offer also carries the server's summary, which ``swarm submit`` uses to see
-that a peer holds its goal. Messages are strict: a decode error says what was
-expected and what came.
+that a peer holds its goal. Messages are strict (``agents.syncwire``): a decode
+error says what was expected and what came.
 """
 
 from __future__ import annotations
@@ -61,28 +61,30 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 import trio
 
 from agents.core.admission import Credentials, TicketError
-from agents.core.events import MAX_INT
-from agents.core.sync import (
-    AuthorOffer,
-    AuthorRange,
-    AuthorSummary,
-    EventIndex,
-    Need,
-    Offer,
-    SeqRange,
-    Summary,
-    split_ranges,
-)
+from agents.core.sync import EventIndex, Need, Offer, SeqRange, Summary, split_ranges
 from agents.net.base import MAX_FRAME_BYTES, PeerStream, StreamClosed
+from agents.syncwire import (
+    BATCH,
+    OFFER_PAGE,
+    SyncProtocolError,
+    SyncRefused,
+    check_ticket,
+    decode_message,
+    encode_message,
+    more_follow,
+    need_from,
+    offer_from,
+    offer_pages,
+    ranges_from,
+    summary_from,
+    summary_json,
+)
 
-BATCH = 500  # events one need asks for: ids and the seqs of its ranges together
 NEEDS_AHEAD = 2  # needs a puller has in flight: the server builds one frame while it takes another
 PENDING_POLL_S = 0.2  # how often a pull with nothing in flight looks again at what it put off
-OFFER_PAGE = 20_000  # ids and runs in one offer frame (about 1.4 MB); the rest come on "next"
 PROTOCOL = "/swarm/sync/4.0.0"
 EVENTS_BUDGET = 1024 * 1024  # a server stops adding events to a frame once it is this big
 # Frame limits per message type. An events frame is its budget plus one event (32 KiB,
@@ -98,147 +100,10 @@ LIMITS = {
 }
 
 
-class SyncProtocolError(Exception):
-    """The peer broke the protocol: the message says what was expected and what came."""
-
-
-class SyncRefused(SyncProtocolError):
-    """The peer is not admitted to this cluster (no valid ticket for its peer id)."""
-
-
-def check_ticket(message: dict[str, Any], stream: PeerStream, me: Credentials) -> str:
-    """The peer's role, once its ticket admits the stream's peer id in our cluster."""
-    ticket = message.get("ticket")
-    if not (isinstance(ticket, dict) and all(isinstance(ticket.get(k), str) for k in ("peer", "role", "sig"))):
-        raise SyncRefused(f"{stream.peer[-8:]} sent no ticket; it must be admitted with 'swarm admit'")
-    if ticket["peer"] != stream.peer:
-        raise SyncRefused(f"{stream.peer[-8:]} presented the ticket of another peer ({ticket['peer'][-8:]})")
-    if not me.gate.admits(ticket["peer"], ticket["role"], ticket["sig"]):
-        raise SyncRefused(f"{stream.peer[-8:]}'s ticket does not admit it to cluster {me.cluster!r} as "
-                          f"{ticket['role']!r}")
-    return ticket["role"]
-
-
-def encode_message(message: dict[str, Any]) -> bytes:
-    # orjson: an events frame is a megabyte of JSON held in JSON strings, and escaping it
-    # with Python's json was most of what serving a catch-up cost
-    return orjson.dumps(message)
-
-
 async def _receive(stream: PeerStream, expected: str | tuple[str, ...]) -> dict[str, Any]:
     wanted = (expected,) if isinstance(expected, str) else expected
     return decode_message(await stream.receive(max(LIMITS[w] for w in wanted)), wanted)
 
-
-def decode_message(frame: bytes, expected: str | tuple[str, ...],
-                   error: type[SyncProtocolError] = SyncProtocolError) -> dict[str, Any]:
-    """A frame as a JSON object of one of the ``expected`` types; ``error`` names what came instead."""
-    wanted = (expected,) if isinstance(expected, str) else expected
-    try:
-        message = orjson.loads(frame)
-    except ValueError as exc:  # bad JSON, bad UTF-8, a lone surrogate, nesting past 1,024 levels
-        raise error(f"expected a JSON {'/'.join(wanted)} message, got undecodable bytes: {exc!r:.120}") from None
-    if not isinstance(message, dict) or message.get("type") not in wanted:
-        found = message.get("type") if isinstance(message, dict) else type(message).__name__
-        raise error(f"expected a {'/'.join(wanted)} message, found {found!r}")
-    return message
-
-
-def _summary_json(summary: Summary) -> dict[str, Any]:
-    return {a: [s.prefix_seq, s.prefix_id, s.ids_digest] for a, s in summary.authors.items()}
-
-
-def _summary_from(data: Any) -> Summary:
-    if not isinstance(data, dict):
-        raise SyncProtocolError(f"expected a summary object, found {type(data).__name__}")
-    authors = {}
-    for author, entry in data.items():
-        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], int)
-                and (entry[1] is None or isinstance(entry[1], str)) and isinstance(entry[2], str)):
-            raise SyncProtocolError(f"expected [seq, id|null, digest] for author {author[:12]}, found {entry!r:.80}")
-        authors[author] = AuthorSummary(entry[0], entry[1], entry[2])
-    return Summary(authors)
-
-
-def _pages(offer: Offer | None) -> list[dict[str, list]]:
-    """The offer's ``authors`` entries, ``OFFER_PAGE`` ids and runs a page at most (an
-    author's ids may go on in the next page, under the same ``after_seq``); always at least
-    one page."""
-    pages: list[dict[str, list]] = [{}]
-    room = OFFER_PAGE
-    for author, entry in (offer.authors if offer else {}).items():
-        if isinstance(entry, AuthorRange):
-            if room == 0:
-                pages.append({})
-                room = OFFER_PAGE
-            pages[-1][author] = [entry.after_seq, entry.through, entry.head]
-            room -= 1
-            continue
-        start = 0
-        while True:
-            if room == 0:
-                pages.append({})
-                room = OFFER_PAGE
-            taken = list(entry.ids[start:start + room])
-            pages[-1][author] = [entry.after_seq, taken]
-            room -= len(taken)
-            start += len(taken)
-            if start >= len(entry.ids):
-                break
-    return pages
-
-
-def _more(message: dict[str, Any], page: Offer) -> bool:
-    more = message.get("more")
-    if not isinstance(more, bool):
-        raise SyncProtocolError(f"expected 'more' (true or false) in an offer, found {more!r:.40}")
-    if more and not any(isinstance(entry, AuthorRange) or entry.ids for entry in page.authors.values()):
-        raise SyncProtocolError("an offer page that says more follow lists no ids and no run")
-    return more
-
-
-def _seq(value: Any) -> bool:
-    return type(value) is int and 0 <= value <= MAX_INT  # not a bool, not a float
-
-
-def _offer_from(data: Any) -> Offer:
-    if not isinstance(data, dict):
-        raise SyncProtocolError(f"expected an offer object, found {type(data).__name__}")
-    authors: dict[str, AuthorOffer | AuthorRange] = {}
-    for author, entry in data.items():
-        if (isinstance(entry, list) and len(entry) == 2 and _seq(entry[0])
-                and isinstance(entry[1], list) and all(isinstance(i, str) for i in entry[1])):
-            authors[author] = AuthorOffer(entry[0], tuple(entry[1]))
-        elif (isinstance(entry, list) and len(entry) == 3 and _seq(entry[0]) and _seq(entry[1])
-              and entry[1] > entry[0] and isinstance(entry[2], str)):
-            authors[author] = AuthorRange(entry[0], entry[1], entry[2])
-        else:
-            raise SyncProtocolError(f"expected [after_seq, [ids]] or [after_seq, through, head] for author "
-                                    f"{author[:12]}, found {entry!r:.80}")
-    return Offer(authors)
-
-
-def _ranges_from(data: Any, what: str) -> list[SeqRange]:
-    if not isinstance(data, list):
-        raise SyncProtocolError(f"expected a list of [author, first, last] in '{what}', found {type(data).__name__}")
-    ranges = []
-    for entry in data:
-        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str) and _seq(entry[1])
-                and _seq(entry[2]) and 1 <= entry[1] <= entry[2]):
-            raise SyncProtocolError(f"expected [author, first, last] with 1 <= first <= last in '{what}', "
-                                    f"found {entry!r:.80}")
-        ranges.append(SeqRange(entry[0], entry[1], entry[2]))
-    return ranges
-
-
-def _need_from(message: dict[str, Any]) -> Need:
-    ids = message.get("ids")
-    if not isinstance(ids, list):
-        raise SyncProtocolError(f"expected a list of ids in a need, found {type(ids).__name__}")
-    ranges = _ranges_from(message.get("ranges"), "ranges")
-    if len(ids) + sum(len(r) for r in ranges) > BATCH:
-        raise SyncProtocolError(f"a need asked for more than {BATCH} events (ids and the seqs of its ranges)")
-    return Need(tuple(ids), tuple(ranges))
 
 
 def _answer(index: EventIndex, need: Need) -> dict[str, Any]:
@@ -287,11 +152,11 @@ async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials,
     if hello.get("cluster") != me.cluster:
         raise SyncRefused(f"peer is in cluster {hello.get('cluster')!r}, we are in {me.cluster!r}")
     check_ticket(hello, stream, me)
-    pages = _pages(index.offer_for(_summary_from(hello.get("authors"))))
+    pages = offer_pages(index.offer_for(summary_from(hello.get("authors"))))
     await stream.send(encode_message({
         "type": "offer",
         "ticket": me.ticket.wire(),
-        "summary": _summary_json(index.summary()),
+        "summary": summary_json(index.summary()),
         "authors": pages[0],
         "more": len(pages) > 1,
     }))
@@ -308,7 +173,7 @@ async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials,
             on_need()  # a page answered is progress too
             await stream.send(encode_message({"type": "offer", "authors": pages[page], "more": page + 1 < len(pages)}))
             continue
-        answer = _answer(index, _need_from(message))
+        answer = _answer(index, need_from(message))
         if answer["events"]:  # a need for nothing we hold is no progress: it does not extend the deadline
             on_need()
         await stream.send(encode_message(answer))
@@ -318,10 +183,10 @@ async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials,
 async def _open_pull(stream: PeerStream, index: EventIndex, me: Credentials) -> tuple[dict[str, Any], Summary]:
     """Send our summary; the server's first offer (its ticket checked) and its summary."""
     await stream.send(encode_message({"type": "summary", "cluster": me.cluster, "ticket": me.ticket.wire(),
-                                      "authors": _summary_json(index.summary())}))
+                                      "authors": summary_json(index.summary())}))
     reply = await _receive(stream, "offer")
     check_ticket(reply, stream, me)
-    return reply, _summary_from(reply.get("summary"))
+    return reply, summary_from(reply.get("summary"))
 
 
 async def peek(stream: PeerStream, index: EventIndex, me: Credentials) -> Summary:
@@ -351,8 +216,8 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
     reply, theirs = await _open_pull(stream, index, me)
     received: list[bytes] = []
     while True:
-        page = _offer_from(reply.get("authors"))
-        more = _more(reply, page)
+        page = offer_from(reply.get("authors"))
+        more = more_follow(reply, page)
         await _fetch(stream, page, index, known, received if on_events is None else on_events,
                      batches or Batches())
         if not more:
@@ -418,7 +283,7 @@ def _checked_answer(answer: dict[str, Any], asked: list[str],
                     asked_ranges: list[SeqRange]) -> tuple[list[bytes], list[str], list[SeqRange]]:
     """An events frame's events, and what it left for later, once it keeps the rules."""
     events, rest = answer.get("events"), answer.get("rest")
-    rest_ranges = _ranges_from(answer.get("rest_ranges"), "rest_ranges")
+    rest_ranges = ranges_from(answer.get("rest_ranges"), "rest_ranges")
     if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
         raise SyncProtocolError("expected a list of event strings in an events message")
     if not isinstance(rest, list) or not all(isinstance(i, str) for i in rest) or not set(rest) <= set(asked):

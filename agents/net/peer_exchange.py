@@ -7,7 +7,7 @@ wants to learn (the *asker*)::
     answerer -> asker     {"type": "peers", "ticket": T, "peers": [[PEER_ID, [ADDR, ...]], ...]}
 
 Each side opens with its admission ticket, checked as the sync protocol checks it
-(``agents.syncproto.check_ticket``): a peer that is not admitted learns nothing and
+(``agents.syncwire.check_ticket``): a peer that is not admitted learns nothing and
 teaches nothing. The answer lists at most ``MAX_LISTED`` of the answerer's connected
 peers, each with at most ``MAX_ADDRS`` TCP addresses; which ones depends on who asks
 (``listing``), so askers learn different parts of a large cluster. Nothing in it is
@@ -27,7 +27,7 @@ from libp2p.peer.id import ID
 
 from agents.core.admission import Credentials
 from agents.net.base import PeerStream
-from agents.syncproto import SyncProtocolError, check_ticket, decode_message, encode_message
+from agents.syncwire import SyncProtocolError, check_ticket, decode_message, encode_message
 
 PROTOCOL = "/swarm/peers/1.0.0"
 MAX_LISTED = 32

@@ -50,7 +50,8 @@ from agents.core.events import (
 from agents.core.identity import Identity
 from agents.core.tree import PlanTree
 from agents.net.base import StreamClosed
-from agents.syncproto import SyncProtocolError, encode_message, pull
+from agents.syncproto import pull
+from agents.syncwire import SyncProtocolError, encode_message
 from chaos.sim.network import SimFabric
 
 BEHAVIOURS = ("sybil", "forker", "limits", "garbage", "sync-garbage", "stall", "flood", "hog")

@@ -12,7 +12,7 @@ import multiaddr
 import pytest
 import trio
 
-from agents import syncproto
+from agents import syncwire
 from agents.core.admission import Credentials, issue
 from agents.core.identity import Identity
 from agents.net import peer_book, peer_exchange
@@ -117,7 +117,7 @@ class _Scripted:
 
 def _answer(peers: object) -> bytes:
     hub = credentials("hub", "observer")
-    return syncproto.encode_message({"type": "peers", "ticket": hub.ticket.wire(), "peers": peers})
+    return syncwire.encode_message({"type": "peers", "ticket": hub.ticket.wire(), "peers": peers})
 
 
 @pytest.mark.parametrize(("peers", "says"), [
@@ -138,9 +138,9 @@ async def test_a_listing_that_breaks_a_rule_is_refused_whole(peers: object, says
 async def test_an_integer_too_long_for_python_is_a_refusal_not_a_crash() -> None:
     frame = b'{"type": "ask", "cluster": ' + b"9" * 5000 + b"}"  # json.loads raises a bare ValueError
     with pytest.raises(peer_exchange.PeerExchangeError):
-        syncproto.decode_message(frame, "ask", peer_exchange.PeerExchangeError)
-    with pytest.raises(syncproto.SyncProtocolError):
-        syncproto.decode_message(frame.replace(b"ask", b"summary"), "summary")
+        syncwire.decode_message(frame, "ask", peer_exchange.PeerExchangeError)
+    with pytest.raises(syncwire.SyncProtocolError):
+        syncwire.decode_message(frame.replace(b"ask", b"summary"), "summary")
 
 
 def test_an_answerer_lists_only_addresses_an_asker_accepts() -> None:
@@ -155,14 +155,14 @@ async def test_an_answer_lists_at_most_32_connected_peers_and_never_the_asker() 
     hub = credentials("hub", "observer")
     connected = [(identity(f"p{i}").peer_id, [f"/ip4/10.0.0.{i}/tcp/4001"]) for i in range(40)]
     connected.append((asker.identity.peer_id, ["/ip4/10.0.1.1/tcp/4001"]))
-    ask_frame = syncproto.encode_message({"type": "ask", "cluster": CLUSTER, "ticket": asker.ticket.wire()})
+    ask_frame = syncwire.encode_message({"type": "ask", "cluster": CLUSTER, "ticket": asker.ticket.wire()})
     stream = _Scripted(asker.identity.peer_id, ask_frame)
     assert await peer_exchange.answer(stream, hub, connected) == peer_exchange.MAX_LISTED
-    listed = syncproto.decode_message(stream.sent[0], "peers")["peers"]
+    listed = syncwire.decode_message(stream.sent[0], "peers")["peers"]
     assert len(listed) == 32 and asker.identity.peer_id not in {p for p, _ in listed}
     again = _Scripted(asker.identity.peer_id, ask_frame)
     await peer_exchange.answer(again, hub, reversed(connected))
-    assert syncproto.decode_message(again.sent[0], "peers")["peers"] == listed, "the choice depends on arrival order"
+    assert syncwire.decode_message(again.sent[0], "peers")["peers"] == listed, "the choice depends on arrival order"
 
 
 def test_the_book_dials_up_to_the_bound_configured_peers_first_whatever_it_was_given() -> None:

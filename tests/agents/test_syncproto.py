@@ -7,7 +7,7 @@ import json
 import pytest
 import trio
 
-from agents import syncproto
+from agents import syncproto, syncwire
 from agents.core.clock import Timestamp
 from agents.core.events import ResultBody, sign_event
 from agents.core.sync import EventIndex, Need, SeqRange
@@ -198,7 +198,7 @@ def test_an_offer_larger_than_a_page_comes_in_pages_and_everything_arrives(monke
     page), so no frame grows with the event set: one offer of a million ids was over the
     frame limit, and a member that far behind could never catch up. (Forked feeds: their
     ids travel.)"""
-    monkeypatch.setattr(syncproto, "OFFER_PAGE", 7)
+    monkeypatch.setattr(syncwire, "OFFER_PAGE", 7)
     events = forked_feed("executor-a", 17) + forked_feed("executor-b", second_feed)
     already = events[3:9]  # held already: offered, never asked for
     received, server_end = trio.run(_converse, EventIndex(events), EventIndex(already))
@@ -213,7 +213,7 @@ def test_offer_pages_with_nothing_to_fetch_are_progress_too(monkeypatch) -> None
     """A puller that holds what the later pages list fetches nothing for them, but is told of
     each page (its deadline counts from the last one): a long run of such pages must not
     look like a stalled pull."""
-    monkeypatch.setattr(syncproto, "OFFER_PAGE", 7)
+    monkeypatch.setattr(syncwire, "OFFER_PAGE", 7)
     events = forked_feed("executor-a", 22)  # 23 ids: seq 1 twice, then 2 to 22
     pages_told: list[int] = []
 
