@@ -4,7 +4,8 @@ The names below are the public front door; everything else may move.
 """
 
 from agents.core.clock import HybridClock, Timestamp
-from agents.core.events import Event, EventRefused, decode_event, sign_event
+from agents.core.decode import decode_event
+from agents.core.events import Event, EventRefused, sign_event
 from agents.core.fold import fold
 from agents.core.identity import Identity
 from agents.core.tree import PlanTree

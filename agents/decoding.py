@@ -28,13 +28,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import structlog
 
-from agents.core.events import (
-    Event,
-    EventRefused,
-    bad_signature,
-    decode_unverified,
-    signature_bytes,
-)
+from agents.core.decode import bad_signature, decode_unverified, signature_bytes
+from agents.core.events import Event, EventRefused
 from agents.core.identity import public_key_of, verify
 from agents.verifier import Verifier, VerifierGone
 

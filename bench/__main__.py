@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from agents.core.events import decode_event
+from agents.core.decode import decode_event
 from agents.core.fold import fold
 from bench.synthetic import plan_log
 from chaos.sim.plan import simulate_plan

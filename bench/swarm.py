@@ -192,7 +192,7 @@ def signature_floor(events: list[Event]) -> float:
     the floor a joiner that verifies everything cannot go below."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from agents.core.events import decode_unverified
+    from agents.core.decode import decode_unverified
 
     jobs = [(e.author, decode_unverified(e.to_wire())[1], base64.b64decode(e.sig)) for e in events]
     cores = os.cpu_count() or 1

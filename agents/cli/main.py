@@ -16,7 +16,8 @@ from agents.cli.common import positive as _positive
 from agents.cli.common import seconds as _seconds
 from agents.cli.common import write_atomically, write_json
 from agents.cli.errors import CommandError, UsageError
-from agents.core.events import EventRefused, decode_event
+from agents.core.decode import decode_event
+from agents.core.events import EventRefused
 from agents.core.fold import fold
 from agents.render import plan_json, plan_markdown, render_tree, summary
 

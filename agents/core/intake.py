@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 from agents.core.admission import Gate
 from agents.core.clock import ClockDriftError, HybridClock
-from agents.core.events import Event, EventRefused, decode_event
+from agents.core.decode import decode_event
+from agents.core.events import Event, EventRefused
 
 HOLD_HORIZON_MS = 10 * 60 * 1000  # held at most this far ahead; further is refused for now
 MAX_HELD = 10_000

@@ -18,7 +18,8 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from agents.core.events import Event, EventRefused, decode_event
+from agents.core.decode import decode_event
+from agents.core.events import Event, EventRefused
 
 DB_NAME = "events.sqlite3"
 

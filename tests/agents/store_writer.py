@@ -6,7 +6,7 @@ It prints "ack <id>" on stdout after each ``add`` has returned (committed).
 
 import sys
 
-from agents.core.events import decode_event
+from agents.core.decode import decode_event
 from agents.store import EventStore
 
 store = EventStore.open(sys.argv[1])

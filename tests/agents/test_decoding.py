@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import base64
 
-from agents.core.events import Event, EventRefused, decode_event
+from agents.core.decode import decode_event
+from agents.core.events import Event, EventRefused
 from agents.decoding import PARALLEL_FROM, FramePipeline, decode_frame
 from tests.builders import Feed, goal
 

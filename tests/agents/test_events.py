@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from agents.core.canonical import canonical_bytes
 from agents.core.clock import Timestamp
+from agents.core.decode import decode_event
 from agents.core.events import (
     MAX_EVENT_BYTES,
     SIGNATURE_PATTERN,
@@ -19,7 +20,6 @@ from agents.core.events import (
     ProposalBody,
     Subgoal,
     VoteBody,
-    decode_event,
     sign_event,
 )
 from agents.core.identity import Identity

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from agents.core.admission import Gate, ticket_bytes
-from agents.core.events import EventRefused, decode_event
+from agents.core.decode import decode_event
+from agents.core.events import EventRefused
 from agents.core.fold import fold
 from agents.core.identity import Identity
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from agents import decoding
-from agents.core.events import EventRefused, decode_event, decode_unverified
+from agents.core.decode import decode_event, decode_unverified
+from agents.core.events import EventRefused
 from agents.core.identity import public_key_of, verify
 from agents.verifier import Verifier, VerifierGone
 from tests.builders import Feed, goal
