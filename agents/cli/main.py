@@ -125,10 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--json", metavar="PLAN.json", help="write the plan as JSON here")
     replay.set_defaults(run=cmd_replay)
 
-    from agents.cli import admin, lab, model_service, network, plan
+    from agents.cli import admin, lab, model_service, network, observe, plan
 
     admin.add_commands(sub)
     network.add_commands(sub)
+    observe.add_commands(sub)
     plan.add_command(sub)
     model_service.add_command(sub)
     lab.add_commands(sub)

@@ -1,15 +1,10 @@
-"""``swarm agent``, ``submit``, ``observe`` and ``inspect``: members on a real libp2p network."""
+"""``swarm model``, ``agent`` and ``submit``: members on a real libp2p network (``swarm
+observe`` and ``inspect`` are ``agents.cli.observe``; what they share, ``agents.cli.members``)."""
 
 from __future__ import annotations
 
 import argparse
-import math
-import os
-import secrets
-import signal
 import socket
-import sys
-from collections.abc import Mapping
 from pathlib import Path
 
 import structlog
@@ -17,106 +12,22 @@ import trio
 
 from agents import logs
 from agents.cli.errors import CommandError, UsageError
-from agents.clusterdir import AdmissionError, credentials, read_members
-from agents.core.admission import Credentials
+from agents.cli.members import (
+    add_network_options,
+    host_port,
+    make_member,
+    network_for,
+    open_member,
+    run_member,
+    until_signal,
+    write_addrs,
+)
+from agents.clusterdir import AdmissionError, read_members
 from agents.core.events import GoalBody
-from agents.core.fold import fold
-from agents.keyfile import KeyFileError, load_or_create
 from agents.member import Member
 from agents.metrics import MemberMetrics, parse_address
-from agents.narrate import Narrator
-from agents.render import plan_json, plan_markdown, render_tree, summary
-from agents.status import StatusBoard, publish_statuses, read_statuses
-from agents.store import EventStore, StoreError
-from agents.web.server import Observatory, serving_observer, take_over
-from agents.web.server import listen as listen_page
-from agents.web.server import serve as serve_page
 
 log = structlog.get_logger("swarm.cli")
-DEFAULT_LISTEN = "/ip4/0.0.0.0/tcp/0"
-
-
-def add_network_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--listen", action="append", metavar="MULTIADDR",
-                        help=f"address to listen on (repeatable; default {DEFAULT_LISTEN})")
-    parser.add_argument("--bootstrap", action="append", default=os.environ.get("SWARM_BOOTSTRAP", "").split(),
-                        metavar="MULTIADDR",
-                        help="a peer to dial, /ip4/.../tcp/.../p2p/<peer id> or /dns4/NAME/tcp/...; one is "
-                             "enough, the rest are learned from peers (repeatable; default: the "
-                             "space-separated SWARM_BOOTSTRAP)")
-    parser.add_argument("--cluster", help="cluster name (default: the one the member's ticket names; "
-                        "given, it must match)")
-    parser.add_argument("--no-mdns", dest="mdns", action="store_false", help="do not discover peers by mDNS")
-
-
-def _mdns_listen(listen: list[str], mdns: bool) -> list[str]:
-    """mDNS announces the addresses we listen on, and 0.0.0.0 is no address a peer can dial.
-    With mDNS on, a wildcard becomes the address this machine's name resolves to (in a
-    container: its address on the lab network), unless that is a loopback address."""
-    if not mdns or not any("/ip4/0.0.0.0/" in a for a in listen):
-        return listen
-    try:
-        ip = socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return listen
-    if ip.startswith("127."):
-        return listen
-    log.info("listening on the host address so mDNS announces a dialable one", ip=ip)
-    return [a.replace("/ip4/0.0.0.0/", f"/ip4/{ip}/") for a in listen]
-
-
-def _network(creds: Credentials, args: argparse.Namespace):
-    from agents.net.p2p import Libp2pNetwork
-
-    try:
-        listen = _mdns_listen(args.listen or [DEFAULT_LISTEN], args.mdns)
-        return Libp2pNetwork(creds.identity, creds.cluster, listen, args.bootstrap, mdns=args.mdns,
-                             credentials=creds)
-    except ValueError as exc:
-        raise CommandError(f"bad multiaddr in --listen or --bootstrap: {exc}") from None
-
-
-def _open(data_dir: Path, role: str | None, args: argparse.Namespace) -> tuple[Credentials, EventStore]:
-    """The member's credentials (its key and ticket: no ticket, no start) and its store."""
-    try:
-        identity = load_or_create(data_dir)  # a key made now would have had no ticket: never new here
-        creds = credentials(data_dir, identity, role, getattr(args, "cluster", None))
-        return creds, EventStore.open(data_dir)
-    except (KeyFileError, StoreError, AdmissionError) as exc:
-        raise CommandError(str(exc)) from None
-
-
-def _member(creds: Credentials, store: EventStore, network, data_dir: Path, **kwargs) -> tuple[Member, StatusBoard]:
-    """The member on ``network``, and the board of what its peers say they are doing: every
-    member screens the status topic, so a status it does not believe goes no further."""
-    member = Member(creds, store, network, transitions_path=data_dir / "transitions.jsonl",
-                     feed_head_path=data_dir / "feed.head", **kwargs)
-    network.validator = member.screen
-    board = StatusBoard(creds.gate, on_status=lambda status: member.peer_holds(status.peer, status.events))
-    network.status_validator = board.screen
-    return member, board
-
-
-async def _run_member(nursery: trio.Nursery, member: Member, network, board: StatusBoard) -> None:
-    """Start the network, the member and its status channel (its own status out, others' in)."""
-    await nursery.start(network.run)
-    await nursery.start(member.run)
-    nursery.start_soon(publish_statuses, member, network, board)
-    nursery.start_soon(read_statuses, network)
-
-
-def _write_addrs(data_dir: Path, addresses: list[str]) -> None:
-    from agents.cli.common import write_atomically
-
-    write_atomically(data_dir / "addrs", "".join(a + "\n" for a in addresses).encode())
-
-
-async def _until_signal(cancel: trio.CancelScope) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            log.info("stopping", signal=signal.Signals(signum).name)
-            cancel.cancel()
-            return
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
@@ -124,7 +35,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
     # "{hostname}" lets replicas of one compose service share a volume, a directory each
     data_dir = Path(args.data_dir.replace("{hostname}", socket.gethostname()))
-    creds, store = _open(data_dir, args.role, args)
+    creds, store = open_member(data_dir, args.role, args)
     identity = creds.identity
     backend = None
     if creds.role != "observer":
@@ -134,7 +45,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
                                  url=args.llm_url)
         except llm.LLMError as exc:
             raise CommandError(str(exc)) from None
-    network = _network(creds, args)
+    network = network_for(creds, args)
     members: list[Member] = []
     metrics = None
     if args.metrics:  # bound before the event loop: a busy port is a plain error here
@@ -150,12 +61,12 @@ def cmd_agent(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_until_signal, nursery.cancel_scope)
-            member, board = _member(creds, store, network, data_dir, backend=backend, strategy=args.strategy)
+            nursery.start_soon(until_signal, nursery.cancel_scope)
+            member, board = make_member(creds, store, network, data_dir, backend=backend, strategy=args.strategy)
             member.metrics = metrics
             members.append(member)
-            await _run_member(nursery, member, network, board)
-            _write_addrs(data_dir, network.addresses())
+            await run_member(nursery, member, network, board)
+            write_addrs(data_dir, network.addresses())
             log.info("member running", role=creds.role, peer=identity.peer_id, cluster=creds.cluster,
                      data_dir=str(data_dir), events=len(member.index))
 
@@ -195,13 +106,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
                         round_ms=int(args.round * 1000))
     except ValueError as exc:
         raise UsageError(f"not a valid goal: {str(exc).splitlines()[-1].strip()}") from None
-    creds, store = _open(data_dir, "client", args)
-    network = _network(creds, args)
+    creds, store = open_member(data_dir, "client", args)
+    network = network_for(creds, args)
     outcome: dict[str, str] = {}
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            member, _board = _member(creds, store, network, data_dir)
+            member, _board = make_member(creds, store, network, data_dir)
             await nursery.start(network.run)
             await nursery.start(member.run)
             with trio.move_on_after(args.timeout):
@@ -253,152 +164,6 @@ def _roster(args: argparse.Namespace) -> tuple[str, ...]:
                      "or --scorers PEER,PEER,...")
 
 
-def cmd_observe(args: argparse.Namespace) -> int:
-    data_dir = Path(args.data_dir)
-    web = parse_address(args.web) if args.web else None
-    creds, store = _open(data_dir, "observer", args)
-    network = _network(creds, args)
-    page_socket, token, standby = None, "", False
-    if web is not None:
-        try:
-            page_socket = listen_page(*web)
-        except OSError as exc:
-            serving = serving_observer(*web, creds.cluster)
-            if serving is None:
-                store.close()
-                raise CommandError(f"cannot serve the page on {args.web}: {exc.strerror or exc}; pick another "
-                                   "--web HOST:PORT") from None
-            standby = True
-            print(f"swarm observe: observer {serving[-8:]} already serves the page on {args.web}; "
-                  "standing by to serve it if that observer stops", flush=True)
-        token = secrets.token_urlsafe(24)  # for PUT /faults: whoever can read the data directory
-        token_path = data_dir / "web.token"
-        token_path.unlink(missing_ok=True)
-        handle = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.write(handle, token.encode())
-        os.close(handle)
-    state: dict[str, object] = {"timed_out": False}
-
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_until_signal, nursery.cancel_scope)
-            member, board = _member(creds, store, network, data_dir)
-            state["member"] = member
-            await _run_member(nursery, member, network, board)
-            _write_addrs(data_dir, network.addresses())
-            if page_socket is not None:
-                url = await nursery.start(serve_page, Observatory(member, board, token), page_socket)
-                print(f"swarm observe: the live page is at {url}/", flush=True)
-            elif standby and web is not None:
-                nursery.start_soon(take_over, Observatory(member, board, token), *web, lambda url: print(
-                    f"swarm observe: the page's observer stopped; the live page is at {url}/ from here", flush=True))
-            forever = web is not None and not args.until_complete  # the page stays up until stopped
-            with trio.move_on_after(math.inf if forever else args.timeout) as deadline:
-                while not network.connected_peers():
-                    await trio.sleep(0.1)
-                if args.follow or args.until_complete or web is not None:
-                    last: tuple[int, ...] = ()
-                    narrator = Narrator()
-
-                    def tell() -> None:
-                        nonlocal last
-                        for said in narrator.lines(member.tree, network.connected_peers(), board.members()):
-                            print(f"  {said}", flush=True)
-                        if _moved(member.tree) != last:  # not for every event: for progress
-                            last = _moved(member.tree)
-                            print(_progress(member), flush=True)
-
-                    while not (args.until_complete and member.tree.complete):
-                        tell()
-                        member.changed = trio.Event()
-                        with trio.move_on_after(1.0):
-                            await member.changed.wait()
-                    tell()  # what completed the plan
-                else:
-                    while await member.sync_all() > 0:  # one-shot: sync until quiet
-                        pass
-            state["timed_out"] = deadline.cancelled_caught
-            nursery.cancel_scope.cancel()
-
-    trio.run(main)
-    member = state["member"]
-    assert isinstance(member, Member)
-    member.close()
-    tree = member.tree
-    _emit(tree, args, refused=member.stats.refused, reorganisations=member.stats.reorganisations,
-          by_rule=member.intake.refused, sync={"events_in": member.stats.synced_in,
-                                               "bytes_in": member.stats.sync_bytes_in,
-                                               "bytes_out": member.stats.sync_bytes_out})
-    store.close()
-    if args.until_complete and not tree.complete:
-        print(f"swarm observe: the plan is not complete after {args.timeout:g} s", file=sys.stderr)
-        return 1
-    if not args.follow and not args.until_complete and state["timed_out"]:
-        print(f"swarm observe: no peer answered within {args.timeout:g} s", file=sys.stderr)
-        return 1
-    if not (args.follow or args.until_complete or web is not None) and not member.stats.pulls_whole:
-        # connected, but every pull was refused, broken off or cut: the tree above may be partial
-        print("swarm observe: no pull from a peer ran to its end (refused, broken off or timed out: "
-              "the log says which); the tree shown may be partial", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _moved(tree) -> tuple[int, ...]:
-    """What a progress line reports besides the event count: proposals, accepted, leaves done,
-    leaves, complete. A line is printed when this changes."""
-    leaves = tree.leaves()
-    return (len(tree.proposals), sum(1 for p in tree.proposals.values() if p.status == "accepted"),
-            sum(1 for leaf in leaves if leaf.status == "done"), len(leaves), int(tree.complete))
-
-
-def _progress(member: Member) -> str:
-    tree = member.tree
-    proposals, accepted, done, leaves, complete = _moved(tree)
-    return (f"[{len(member.network.connected_peers())} peers] {tree.events} events, "
-            f"{proposals} proposals ({accepted} accepted), {done}/{leaves} leaves done"
-            + (" - complete" if complete else ""))
-
-
-def _emit(tree, args: argparse.Namespace, refused: int, reorganisations: int | None = None,
-          by_rule: Mapping[str, int] | None = None, sync: Mapping[str, int] | None = None) -> None:
-    from agents.cli.common import write_atomically
-    from agents.cli.common import write_json as _write_json
-
-    if getattr(args, "json", None):
-        extra: dict | None = {"reorganisations": reorganisations} if reorganisations is not None else None
-        if sync is not None:
-            extra = {**(extra or {}), "sync": dict(sync)}
-        _write_json(Path(args.json), plan_json(tree, refused=refused, extra=extra, by_rule=by_rule))
-    if getattr(args, "md", None):
-        write_atomically(Path(args.md), plan_markdown(tree).encode())
-    print(render_tree(tree))
-    print(summary(tree, refused=refused, reorganisations=reorganisations, by_rule=by_rule))
-
-
-def _address(text: str) -> str:
-    try:
-        parse_address(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
-def cmd_inspect(args: argparse.Namespace) -> int:
-    data_dir = Path(args.data_dir)
-    if not (data_dir / "events.sqlite3").exists():
-        raise CommandError(f"{data_dir} holds no event store (events.sqlite3); is it a member's --data-dir?")
-    try:
-        with EventStore.open(data_dir) as store:
-            tree = fold(store.events())
-            counters = store.counters()
-    except StoreError as exc:
-        raise CommandError(str(exc)) from None
-    by_rule = {name.split(":", 1)[1]: n for name, n in counters.items() if name.startswith("refused:")}
-    _emit(tree, args, refused=counters.get("refused", 0), by_rule=by_rule)
-    return 0
-
-
 def add_llm_options(parser: argparse.ArgumentParser, latency_default: float) -> None:
     from agents import llm
 
@@ -440,7 +205,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                             "file ({hostname} is replaced by this machine's name)")
     add_llm_options(agent, latency_default=0.0)
     agent.add_argument("--strategy", default="activity", choices=STRATEGIES, help="decomposer: preferred split")
-    agent.add_argument("--metrics", metavar="HOST:PORT", type=_address,
+    agent.add_argument("--metrics", metavar="HOST:PORT", type=host_port,
                        help="serve Prometheus metrics at http://HOST:PORT/metrics (events, refusals by rule, "
                             "sync, gossip latency, model calls)")
     add_network_options(agent)
@@ -464,20 +229,3 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     submit.add_argument("--data-dir", required=True, help="the client's identity, ticket and events")
     add_network_options(submit)
     submit.set_defaults(run=cmd_submit)
-
-    observe = sub.add_parser("observe", help="join silently, rebuild the plan, print it")
-    observe.add_argument("--follow", action="store_true", help="print a progress line as the plan grows")
-    observe.add_argument("--until-complete", action="store_true", help="exit 0 once the plan is complete")
-    observe.add_argument("--timeout", type=float, default=60.0)
-    observe.add_argument("--json", metavar="FILE")
-    observe.add_argument("--md", metavar="FILE")
-    observe.add_argument("--web", metavar="HOST:PORT", type=_address, help="serve the live page here (and keep observing until "
-                         "stopped, or until complete with --until-complete)")
-    observe.add_argument("--data-dir", required=True, help="the observer's identity, ticket and what it learns")
-    add_network_options(observe)
-    observe.set_defaults(run=cmd_observe)
-
-    inspect = sub.add_parser("inspect", help="print a member's tree and digest from its store, offline")
-    inspect.add_argument("data_dir", metavar="DATA_DIR")
-    inspect.add_argument("--json", metavar="FILE")
-    inspect.set_defaults(run=cmd_inspect)

@@ -503,10 +503,10 @@ def test_a_large_pull_stores_a_transaction_per_store_every_events_or_page_and_fo
     one author are stored in two transactions (a commit per frame was an fsync per 500
     events), and 3 x 300 events offered a page per author one transaction per page (the next
     page's wants are read from what is stored). The tree is folded once, at the end."""
-    from agents import syncing, syncproto
+    from agents import syncing, syncproto, syncwire
 
     monkeypatch.setattr(syncing, "STORE_EVERY", 2 * syncproto.BATCH)
-    monkeypatch.setattr(syncproto, "OFFER_PAGE", offer_page)
+    monkeypatch.setattr(syncwire, "OFFER_PAGE", offer_page)
     holder_id = identity("holder").peer_id
     feeds = [Feed(f"holder-{i}", "client") for i in range(authors)]
     per_author = sum(expected) // authors

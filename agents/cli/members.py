@@ -1,0 +1,118 @@
+"""What ``swarm agent``, ``submit`` and ``observe`` share: the network options, a member's
+credentials, store, network and status board, and running them until a signal."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+from pathlib import Path
+
+import structlog
+import trio
+
+from agents.cli.errors import CommandError
+from agents.clusterdir import AdmissionError, credentials
+from agents.core.admission import Credentials
+from agents.keyfile import KeyFileError, load_or_create
+from agents.member import Member
+from agents.metrics import parse_address
+from agents.status import StatusBoard, publish_statuses, read_statuses
+from agents.store import EventStore, StoreError
+
+log = structlog.get_logger("swarm.cli")
+
+
+DEFAULT_LISTEN = "/ip4/0.0.0.0/tcp/0"
+
+
+def add_network_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--listen", action="append", metavar="MULTIADDR",
+                        help=f"address to listen on (repeatable; default {DEFAULT_LISTEN})")
+    parser.add_argument("--bootstrap", action="append", default=os.environ.get("SWARM_BOOTSTRAP", "").split(),
+                        metavar="MULTIADDR",
+                        help="a peer to dial, /ip4/.../tcp/.../p2p/<peer id> or /dns4/NAME/tcp/...; one is "
+                             "enough, the rest are learned from peers (repeatable; default: the "
+                             "space-separated SWARM_BOOTSTRAP)")
+    parser.add_argument("--cluster", help="cluster name (default: the one the member's ticket names; "
+                        "given, it must match)")
+    parser.add_argument("--no-mdns", dest="mdns", action="store_false", help="do not discover peers by mDNS")
+
+
+def _mdns_listen(listen: list[str], mdns: bool) -> list[str]:
+    """mDNS announces the addresses we listen on, and 0.0.0.0 is no address a peer can dial.
+    With mDNS on, a wildcard becomes the address this machine's name resolves to (in a
+    container: its address on the lab network), unless that is a loopback address."""
+    if not mdns or not any("/ip4/0.0.0.0/" in a for a in listen):
+        return listen
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return listen
+    if ip.startswith("127."):
+        return listen
+    log.info("listening on the host address so mDNS announces a dialable one", ip=ip)
+    return [a.replace("/ip4/0.0.0.0/", f"/ip4/{ip}/") for a in listen]
+
+
+def network_for(creds: Credentials, args: argparse.Namespace):
+    from agents.net.p2p import Libp2pNetwork
+
+    try:
+        listen = _mdns_listen(args.listen or [DEFAULT_LISTEN], args.mdns)
+        return Libp2pNetwork(creds.identity, creds.cluster, listen, args.bootstrap, mdns=args.mdns,
+                             credentials=creds)
+    except ValueError as exc:
+        raise CommandError(f"bad multiaddr in --listen or --bootstrap: {exc}") from None
+
+
+def open_member(data_dir: Path, role: str | None, args: argparse.Namespace) -> tuple[Credentials, EventStore]:
+    """The member's credentials (its key and ticket: no ticket, no start) and its store."""
+    try:
+        identity = load_or_create(data_dir)  # a key made now would have had no ticket: never new here
+        creds = credentials(data_dir, identity, role, getattr(args, "cluster", None))
+        return creds, EventStore.open(data_dir)
+    except (KeyFileError, StoreError, AdmissionError) as exc:
+        raise CommandError(str(exc)) from None
+
+
+def make_member(creds: Credentials, store: EventStore, network, data_dir: Path, **kwargs) -> tuple[Member, StatusBoard]:
+    """The member on ``network``, and the board of what its peers say they are doing: every
+    member screens the status topic, so a status it does not believe goes no further."""
+    member = Member(creds, store, network, transitions_path=data_dir / "transitions.jsonl",
+                     feed_head_path=data_dir / "feed.head", **kwargs)
+    network.validator = member.screen
+    board = StatusBoard(creds.gate, on_status=lambda status: member.peer_holds(status.peer, status.events))
+    network.status_validator = board.screen
+    return member, board
+
+
+async def run_member(nursery: trio.Nursery, member: Member, network, board: StatusBoard) -> None:
+    """Start the network, the member and its status channel (its own status out, others' in)."""
+    await nursery.start(network.run)
+    await nursery.start(member.run)
+    nursery.start_soon(publish_statuses, member, network, board)
+    nursery.start_soon(read_statuses, network)
+
+
+def write_addrs(data_dir: Path, addresses: list[str]) -> None:
+    from agents.cli.common import write_atomically
+
+    write_atomically(data_dir / "addrs", "".join(a + "\n" for a in addresses).encode())
+
+
+async def until_signal(cancel: trio.CancelScope) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("stopping", signal=signal.Signals(signum).name)
+            cancel.cancel()
+            return
+
+
+def host_port(text: str) -> str:
+    try:
+        parse_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
