@@ -89,7 +89,7 @@ class MemberStats:
     sync_rounds: int = 0  # rounds of the sync loop: each pulls from the peers with no pull running
     sync_open_failed: int = 0  # pulls that could not open a stream to a peer we hold a connection to
     pulls_whole: int = 0  # pulls that ran to their end: all the peer offered was asked for
-    sync_skipped: int = 0  # wanted events a pull left to another running pull that had asked for them
+    sync_skipped: int = 0  # wanted events a pull left to other pulls of ours that brought them
     sync_bytes_in: int = 0  # frame bytes received in sync conversations, pulls and serves
     sync_bytes_out: int = 0  # frame bytes sent in them
     held: int = 0
@@ -368,8 +368,8 @@ class Member(MemberSync, MemberActing):
         """After a completed pull: whatever a peer held of our own feed is ours now."""
         if self.own is None or self.author is None:
             return
-        if self._fold_owed and not self.own.ready.is_set():  # it reads the tree
-            self._refold()
+        if not self.own.ready.is_set() and self.tree.events != len(self.index):  # it reads the tree
+            self._refold()  # a fold owed, or events another pull still running stored
         own = [e for e in self.index.events() if e.author == self.author.peer_id]
         if self.own.learned(own, self.tree, peer, len(self.network.connected_peers())) and own:
             self._log.warning("recovered own feed from a peer", seq=self.author.seq)

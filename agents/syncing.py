@@ -20,8 +20,9 @@ conversation may run, apart from what the member does with events once they are 
   (one place in a round, and a round every ``SYNC_INTERVAL`` while the member is quiet);
 * pulls running at once split what they fetch (``agents.pull_claims``), so a joiner
   catching up from several peers takes each event about once, and pulls ending together
-  fold once (``_fold_owed``: the last to end folds, or the sync loop within
-  ``SYNC_INTERVAL``, ``sync_all`` before it returns, ``close``);
+  fold once (``_fold_after``: the last to end folds, or the sync loop within
+  ``SYNC_INTERVAL``, ``sync_all`` before it returns, ``Member.close``, and
+  ``_learned_own_feed`` before it reads the tree);
 * at most ``MAX_SERVING`` streams are served at once.
 """
 
@@ -104,15 +105,11 @@ class MemberSync:
             self._pull_wanted.add(peer)
             self.sync_now.set()
 
-    async def pull_from(self, peer: str) -> int:
-        """Pull what ``peer`` has and we lack. Returns how many new events we stored.
-        One pull per peer at a time: a second waits for the running one to end, then pulls
-        (two at once fetched and verified the same events twice)."""
-        added, _skipped = await self._pull_counted(peer)
-        return added
-
     async def _pull_counted(self, peer: str) -> tuple[int, int]:
-        """``pull_from``, and how many wanted events the pull left to other running pulls."""
+        """Pull what ``peer`` has and we lack: the new events stored, and how many it left to
+        other pulls of ours that brought them (``agents.pull_claims``). One pull per peer at a
+        time: a second waits for the running one to end, then pulls (two at once fetched and
+        verified the same events twice)."""
         while (running := self._pull_done.get(peer)) is not None:
             await running.wait()
         return await self._pull_registered(peer, self._register_pull(peer))
@@ -133,12 +130,14 @@ class MemberSync:
 
     async def _pull(self, peer: str) -> tuple[int, int]:
         """One pull; returns the events it stored and, when it ran to its end, how many it
-        left to another pull that held them (``agents.pull_claims``). Each events frame is
+        left to other pulls that brought them (``agents.pull_claims``). Each events frame is
         checked as the next arrives (the workers check one frame while this thread screens
-        the one before), stored ``STORE_EVERY`` events to a transaction, at least every
-        ``STORE_AFTER_S`` (what a pull holds, others leave to it) and at each new offer page
+        the one before), stored ``STORE_EVERY`` events to a transaction, at the first frame
+        ``STORE_AFTER_S`` after the last store or when it waits on others (what a pull holds,
+        others leave to it) and at each new offer page
         (a commit per 500-event frame was 200 fsyncs
-        in a 100k catch-up), and the tree is folded once at the end, after the last commit:
+        in a 100k catch-up), and the tree is folded once at the end, after the last commit
+        (or by the last of the pulls ending together: ``_fold_after``):
         a 100k-event catch-up is about two hundred frames, and folding after each made it
         quadratic. The deadline counts from the last events frame
         (``syncproto.pull`` refuses one that neither answers nor leaves for later everything
@@ -193,10 +192,12 @@ class MemberSync:
         except StreamClosed as exc:
             self.stats.sync_open_failed += 1
             self._log.debug("sync open failed", peer=peer[-8:], reason=repr(exc)[:200])
+            self._fold_after(peer, 0)  # a pull that ended before this one may have left it the fold
             return 0, 0
         if dial.cancelled_caught:
             self.stats.sync_open_failed += 1
             self._log.debug("sync open failed", peer=peer[-8:], reason="timed out")
+            self._fold_after(peer, 0)
             return 0, 0
         stream = MeteredStream(stream)
         claim = self._claims.open(self.index, settle=settle)
@@ -235,12 +236,8 @@ class MemberSync:
                 finally:
                     claim.close()  # after the store: what others left to this pull is in the index
                     self.stats.sync_skipped += claim.left
-            if added or self._fold_owed:
-                if self._others_moving(peer):  # pulls ending together fold once, the last to end
-                    self._fold_owed = True
-                else:
-                    self._refold()
-                    moved()  # folding a million events takes a while: work, not a stalled pull
+            if self._fold_after(peer, added):
+                moved()  # folding a million events takes a while: work, not a stalled pull
             await stream.aclose()
         if whole:
             self.stats.pulls_whole += 1
@@ -254,11 +251,19 @@ class MemberSync:
                 self._trace(f"pulled {added} event(s) from {peer[-8:]}")
         return added, claim.left if ran_out else 0
 
-    def _others_moving(self, peer: str) -> bool:
-        """Another pull of this member brought a frame under ``OTHERS_MOVING_S`` ago: it will
-        fold what this one stored when it ends (or the sync loop, or ``sync_all``, will)."""
+    def _fold_after(self, peer: str, added: int) -> bool:
+        """At the end of the pull from ``peer``, which stored ``added`` events: fold, unless
+        another pull of this member moved under ``OTHERS_MOVING_S`` ago and will fold when it
+        ends (pulls ending together fold once; the sync loop, ``sync_all`` and ``close`` fold
+        what is still owed). True when it folded."""
+        if not (added or self._fold_owed):
+            return False
         now = trio.current_time()
-        return any(other != peer and now - moved < OTHERS_MOVING_S for other, moved in self._pulling.items())
+        if any(other != peer and now - moved < OTHERS_MOVING_S for other, moved in self._pulling.items()):
+            self._fold_owed = True
+            return False
+        self._refold()
+        return True
 
     def _screen_synced(self, frame: Decoded, unstored: dict[str, Event]) -> None:
         """One decoded frame of synced events through the intake, into ``unstored``

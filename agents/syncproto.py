@@ -84,7 +84,6 @@ from agents.syncwire import (
 )
 
 NEEDS_AHEAD = 2  # needs a puller has in flight: the server builds one frame while it takes another
-PENDING_POLL_S = 0.2  # how often a pull with nothing in flight looks again at what it put off
 PROTOCOL = "/swarm/sync/4.0.0"
 EVENTS_BUDGET = 1024 * 1024  # a server stops adding events to a frame once it is this big
 # Frame limits per message type. An events frame is its budget plus one event (32 KiB,
@@ -103,7 +102,6 @@ LIMITS = {
 async def _receive(stream: PeerStream, expected: str | tuple[str, ...]) -> dict[str, Any]:
     wanted = (expected,) if isinstance(expected, str) else expected
     return decode_message(await stream.receive(max(LIMITS[w] for w in wanted)), wanted)
-
 
 
 def _answer(index: EventIndex, need: Need) -> dict[str, Any]:
@@ -244,8 +242,8 @@ class Batches:
         return False
 
     async def wait(self) -> None:
-        """Wait a while before taking again what is ``pending``."""
-        await trio.sleep(PENDING_POLL_S)
+        """Before taking again what is ``pending`` (never called here: nothing is)."""
+        await trio.lowlevel.checkpoint()
 
 
 async def _fetch(stream: PeerStream, page: Offer, index: EventIndex, known: Callable[[str], bool],
