@@ -24,7 +24,7 @@ import trio
 
 from agents.core.admission import Credentials
 from agents.net import peer_exchange
-from agents.net.base import StreamClosed
+from agents.net.base import PeerStream, StreamClosed
 from agents.net.peer_book import PeerBook
 from agents.net.streams import Libp2pStream
 
@@ -106,7 +106,11 @@ class PeerExchanges:
     async def answer(self, stream) -> None:
         """The stream handler: answer one ask on a py-libp2p stream."""
         peer = str(stream.muxed_conn.peer_id)
-        wrapped = Libp2pStream(stream, peer)
+        await self.answer_on(Libp2pStream(stream, peer))
+
+    async def answer_on(self, wrapped: PeerStream) -> None:
+        """``answer`` on a stream of ours (its ``peer`` is the asker)."""
+        peer = wrapped.peer
         now = trio.current_time()
         if now - self.answered_at.get(peer, -ASKS_APART) < ASKS_APART:
             # an honest member asks on connecting and then at most every EXCHANGE_INTERVAL: this is a
@@ -118,10 +122,11 @@ class PeerExchanges:
         self.answered_at[peer] = now
         try:
             with trio.move_on_after(EXCHANGE_TIMEOUT):
-                # only peers whose tickets we checked
-                known = [(p, self._addresses_of(p)) for p in self._connected() if p in self.admitted]
-                await peer_exchange.answer(wrapped, self._credentials, known)
-                self.admitted.add(peer)
+                # only peers whose tickets we checked, read once the asker's is: two spokes
+                # asking a hub at once were each listed nothing (neither yet admitted when the
+                # other's listing was made) and only met 30 s later, at the next ask
+                known = ((p, self._addresses_of(p)) for p in self._connected() if p in self.admitted)
+                await peer_exchange.answer(wrapped, self._credentials, known, on_checked=self.admitted.add)
                 self.counts["answered"] += 1
         except StreamClosed as exc:
             log.debug("peer exchange failed", peer=peer, error=str(exc)[:120])

@@ -19,7 +19,7 @@ entry after a few of them). An answer that breaks any of these rules is refused 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import multiaddr
@@ -99,12 +99,17 @@ async def ask(stream: PeerStream, me: Credentials) -> Listing:
     return _parse_peers(answer.get("peers"), me.identity.peer_id)
 
 
-async def answer(stream: PeerStream, me: Credentials, connected: Iterable[tuple[str, list[str]]]) -> int:
-    """Answer one ask with a listing of ``connected`` (peer id, addresses); returns how many."""
+async def answer(stream: PeerStream, me: Credentials, connected: Iterable[tuple[str, list[str]]],
+                 on_checked: Callable[[str], None] = lambda peer: None) -> int:
+    """Answer one ask with a listing of ``connected`` (peer id, addresses); returns how many.
+    ``on_checked`` is told the asker's peer id once its ticket admits it, before ``connected``
+    is read (a generator is read only then): of two peers asking at once, the answer to the
+    second lists the first, so every pair of askers comes to know each other."""
     question = decode_message(await stream.receive(ASK_LIMIT), "ask", PeerExchangeError)
     if question.get("cluster") != me.cluster:
         raise PeerExchangeError(f"peer is in cluster {question.get('cluster')!r}, we are in {me.cluster!r}")
     check_ticket(question, stream, me)
+    on_checked(stream.peer)
     chosen = listing(stream.peer, connected)
     await stream.send(encode_message({"type": "peers", "ticket": me.ticket.wire(), "peers": [list(p) for p in chosen]}))
     return len(chosen)

@@ -165,6 +165,41 @@ async def test_an_answer_lists_at_most_32_connected_peers_and_never_the_asker() 
     assert syncwire.decode_message(again.sent[0], "peers")["peers"] == listed, "the choice depends on arrival order"
 
 
+async def test_of_two_peers_asking_a_hub_at_once_the_answer_to_the_second_lists_the_first() -> None:
+    """Both asks are read before either is answered (as two spokes connecting at once): the
+    hub admits an asker once its ticket is checked, before it reads whom to list, so the
+    second answer lists the first asker. Listing only peers admitted before the ask was
+    read left both unlisted, and the pair met only at the next ask, 30 s later."""
+    from agents.net.exchanging import PeerExchanges
+
+    hub = credentials("hub", "observer")
+    askers = [credentials(f"spoke-{i}", "scorer") for i in range(2)]
+    addresses = {a.identity.peer_id: [f"/ip4/10.0.0.{i}/tcp/4001"] for i, a in enumerate(askers)}
+    exchanges = PeerExchanges(hub, PeerBook(hub.identity.peer_id), open_stream=None,  # type: ignore[arg-type]
+                              connected=lambda: list(addresses), addresses_of=addresses.__getitem__)
+    both_read = trio.Event()
+    read = []
+
+    class Asking(_Scripted):
+        async def receive(self, limit: int = 0) -> bytes:
+            read.append(self.peer)
+            if len(read) == 2:
+                both_read.set()
+            await both_read.wait()
+            return await super().receive(limit)
+
+    streams = [Asking(a.identity.peer_id, syncwire.encode_message(
+        {"type": "ask", "cluster": CLUSTER, "ticket": a.ticket.wire()})) for a in askers]
+    async with trio.open_nursery() as nursery:
+        for stream in streams:
+            nursery.start_soon(exchanges.answer_on, stream)
+    listed = [{p for p, _ in syncwire.decode_message(s.sent[0], "peers")["peers"]} for s in streams]
+    # one of them is listed to the other (which depends on which ask trio answers first)
+    assert sorted(map(len, listed)) == [0, 1], listed
+    assert (listed[0] | listed[1]) & {a.identity.peer_id for a in askers} == listed[0] | listed[1], listed
+    assert exchanges.counts["answered"] == 2
+
+
 def test_the_book_dials_up_to_the_bound_configured_peers_first_whatever_it_was_given() -> None:
     from libp2p.peer.peerinfo import info_from_p2p_addr
     book = PeerBook(identity("me").peer_id)
