@@ -34,12 +34,9 @@ from agents.syncing import (
 from agents.syncproto import serve_pull
 from chaos.sim.identities import EPOCH_MS
 from chaos.sim.network import SimFabric, SimNetwork
+from tests.agents.watchers import now_ms as _now_ms
+from tests.agents.watchers import watching
 from tests.builders import Feed, credentials, goal, identity
-
-
-def _now_ms() -> int:
-    """The members' wall clock: the simulation's epoch plus trio's (mock) time."""
-    return EPOCH_MS + int(trio.current_time() * 1000)
 
 
 class WedgingNetwork(SimNetwork):
@@ -151,20 +148,10 @@ async def _watching_twenty(nursery: trio.Nursery, tmp_path: Path,
                            held: EventIndex) -> tuple[Member, CountingNetwork]:
     """A watcher connected to the twenty peers of ``TWENTY``, the last of which serves ``held``
     (the others nothing), with no gossip at all: only pulls carry events."""
-    fabric = SimFabric(random.Random(0), nursery)
-    fabric.weather.loss = 1.0
-    network = CountingNetwork(fabric, identity("watcher").peer_id)
-    watcher = Member(credentials("watcher", "observer"), EventStore.open(tmp_path / "watcher"), network,
-                     think_in_thread=False, now_ms=_now_ms)
-    network.attach(nursery)
-    await nursery.start(watcher.run)
-    fabric.bring_up(network)
-    for name in TWENTY:
-        endpoint = fabric.endpoint(identity(name).peer_id)
-        endpoint.serve(lambda stream, name=name: serve_pull(
-            stream, held if name == TWENTY[-1] else EventIndex(), credentials(name, "client")))
-        endpoint.attach(nursery)
-        fabric.bring_up(endpoint)
+    serving = {identity(name).peer_id: lambda stream, name=name: serve_pull(
+        stream, held if name == TWENTY[-1] else EventIndex(), credentials(name, "client")) for name in TWENTY}
+    watcher, network = await watching(nursery, tmp_path, serving, CountingNetwork)
+    assert isinstance(network, CountingNetwork)
     return watcher, network
 
 

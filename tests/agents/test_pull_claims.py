@@ -9,7 +9,6 @@ take a while, so that their pulls overlap.
 from __future__ import annotations
 
 import contextlib
-import random
 from pathlib import Path
 
 import orjson
@@ -21,10 +20,9 @@ from agents.core.sync import EventIndex, SeqRange
 from agents.member import Member
 from agents.net.base import MAX_FRAME_BYTES, PeerStream, StreamClosed
 from agents.pull_claims import FRESH_S, HOLD_S, PullClaims
-from agents.store import EventStore
 from agents.syncproto import serve_pull
 from chaos.sim.identities import EPOCH_MS
-from chaos.sim.network import SimFabric, SimNetwork
+from tests.agents.watchers import watching
 from tests.builders import Feed, credentials, goal, identity
 
 
@@ -140,10 +138,6 @@ def test_a_pull_keeps_the_asks_of_the_last_hold_s_only() -> None:
     assert len(pull._asked_ids) <= 500 * HOLD_S and len(pull._asked_runs) <= HOLD_S
 
 
-def _now_ms() -> int:
-    return EPOCH_MS + int(trio.current_time() * 1000)
-
-
 class Holder:
     """One holder's side of its sync streams: offers leave after ``offer_delay``, each events
     frame after ``delay``; after ``frames`` events frames the link goes dead for good. It counts
@@ -198,19 +192,7 @@ def _one_shot(tmp_path: Path, holders: list[Holder], monkeypatch, loops: bool = 
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            fabric = SimFabric(random.Random(0), nursery)
-            fabric.weather.loss = 1.0
-            network = SimNetwork(fabric, identity("watcher").peer_id)
-            watcher = Member(credentials("watcher", "observer"), EventStore.open(tmp_path / "watcher"), network,
-                             think_in_thread=False, now_ms=_now_ms)
-            network.attach(nursery)
-            await nursery.start(watcher.run)
-            fabric.bring_up(network)
-            for holder in holders:
-                endpoint = fabric.endpoint(holder.peer_id)
-                endpoint.serve(holder.serve)
-                endpoint.attach(nursery)
-                fabric.bring_up(endpoint)
+            watcher, _ = await watching(nursery, tmp_path, {holder.peer_id: holder.serve for holder in holders})
             added = await watcher.sync_all()
             outcome.update(added=added, stored=len(watcher.index), goals=len(watcher.tree.goals),
                            sent=[holder.sent for holder in holders], skipped=watcher.stats.sync_skipped,
