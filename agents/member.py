@@ -89,7 +89,7 @@ class MemberStats:
     sync_rounds: int = 0  # rounds of the sync loop: each pulls from the peers with no pull running
     sync_open_failed: int = 0  # pulls that could not open a stream to a peer we hold a connection to
     pulls_whole: int = 0  # pulls that ran to their end: all the peer offered was asked for
-    sync_skipped: int = 0  # wanted events a pull left to other pulls of ours that brought them
+    sync_skipped: int = 0  # wanted events a pull left to other pulls (or gossip) that brought them meanwhile
     sync_bytes_in: int = 0  # frame bytes received in sync conversations, pulls and serves
     sync_bytes_out: int = 0  # frame bytes sent in them
     held: int = 0
@@ -169,6 +169,8 @@ class Member(MemberSync, MemberActing):
         self._pull_done: dict[str, trio.Event] = {}  # peer -> set when its running pull ends
         self._claims = PullClaims()  # what running pulls asked for: one event is fetched once
         self._fold_owed = False  # a pull stored events and left the fold to another still moving
+        self._ending: set[str] = set()  # peers whose pull is past its fold, closing its stream
+        self._folded_index = 0  # events in the index at the last fold
         self._sync_rounds: set[trio.CancelScope] = set()  # sync_all rounds: a moving pull extends them
         self._wedged: set[str] = set()  # peers whose pull outlived every deadline
         self._pull_after = b""  # the rotation's key of the last peer pulled from
@@ -287,6 +289,7 @@ class Member(MemberSync, MemberActing):
     def _refold(self) -> None:
         self.stats.folds += 1
         self._fold_owed = False
+        self._folded_index = len(self.index)
         with settled():
             tree = fold(self.index.events())
         for change in changes(self.tree, tree):
@@ -368,7 +371,7 @@ class Member(MemberSync, MemberActing):
         """After a completed pull: whatever a peer held of our own feed is ours now."""
         if self.own is None or self.author is None:
             return
-        if not self.own.ready.is_set() and self.tree.events != len(self.index):  # it reads the tree
+        if not self.own.ready.is_set() and len(self.index) != self._folded_index:  # it reads the tree
             self._refold()  # a fold owed, or events another pull still running stored
         own = [e for e in self.index.events() if e.author == self.author.peer_id]
         if self.own.learned(own, self.tree, peer, len(self.network.connected_peers())) and own:

@@ -30,7 +30,7 @@ _COUNTERS = {
     "sync_rounds": "rounds of the sync loop (each pulls from the connected peers with no pull running)",
     "sync_open_failed": "pulls that could not open a stream to a connected peer",
     "pulls_whole": "pulls that ran to their end (all the peer offered was asked for)",
-    "sync_skipped": "wanted events a pull left to other pulls of this member that brought them",
+    "sync_skipped": "wanted events a pull left to other pulls (or gossip) of this member that brought them meanwhile",
     "sync_bytes_in": "frame bytes received in sync conversations (pulls and serves)",
     "sync_bytes_out": "frame bytes sent in sync conversations (pulls and serves)",
     "reorganisations": "times a decision this member showed changed (must stay 0)",

@@ -1,7 +1,7 @@
 """What a member's running pulls are fetching, so that two pulls do not fetch one event.
 
 A member pulls from several peers at once (``swarm observe`` from every peer it is
-connected to; a running member from up to ``SYNC_FANOUT`` new connections), and each
+connected to; a running member from a few peers each round, and from new connections), and each
 pull asks for what its *index* lacks. Events another pull is fetching are not in the
 index yet, so before this ledger a late joiner connected to three holders parsed,
 verified and stored its backlog three times (20k events: 44.3 MB and 13.1 s, against
@@ -45,6 +45,7 @@ import trio
 
 from agents.core.events import Event
 from agents.core.sync import EventIndex, SeqRange
+from agents.syncproto import Batches
 
 WAIT_S = 0.2  # how often a pull with nothing in flight looks again at what it put off
 FRESH_S = 3.0  # a pull's asks are honoured this long after its last frame
@@ -116,7 +117,7 @@ class _Others:
         return self._asked[author]
 
 
-class Claim:
+class Claim(Batches):
     """One pull's marks on the ledger it came from (see the module's docstring)."""
 
     def __init__(self, ledger: PullClaims, index: EventIndex, now: float,
@@ -125,7 +126,7 @@ class Claim:
         self._index = index
         self._settle = settle
         self.moved_at = now
-        self.left = 0  # wanted ids and seqs not fetched here: another pull held or stored them
+        self.left = 0  # wanted ids and seqs not fetched here: another pull held them, or they were stored meanwhile
         self._asked_ids: dict[str, float] = {}  # id -> when first asked, oldest first
         self._asked_runs: dict[str, list[tuple[int, int, float]]] = {}  # author -> (first, last, when), oldest first
         self._held_ids: set[str] = set()

@@ -55,7 +55,7 @@ MAX_SERVING = 16  # sync streams served at once: each may hold one frame in reas
 class MemberSync:
     """Sync for ``Member``: see the module's docstring. Its state (``_pulling``, ``_pull_done``,
     ``_sync_rounds``, ``_wedged``, ``_pull_after``, ``_ring_keys``, ``news_at``, ``_pull_wanted``,
-    ``_asked_pull``, ``_claims``) is set by ``Member.__init__``."""
+    ``_asked_pull``, ``_claims``, ``_fold_owed``, ``_ending``) is set by ``Member.__init__``."""
 
     async def _serve(self, stream: PeerStream) -> None:
         if self._serving >= MAX_SERVING:  # what peers can make us buffer stays bounded
@@ -125,6 +125,7 @@ class MemberSync:
         finally:
             del self._pulling[peer]
             del self._pull_done[peer]
+            self._ending.discard(peer)
             self._wedged.discard(peer)
             done.set()
 
@@ -256,10 +257,11 @@ class MemberSync:
         another pull of this member moved under ``OTHERS_MOVING_S`` ago and will fold when it
         ends (pulls ending together fold once; the sync loop, ``sync_all`` and ``close`` fold
         what is still owed). True when it folded."""
+        self._ending.add(peer)  # past its fold: a pull ending beside it must not leave the fold to it
         if not (added or self._fold_owed):
             return False
         now = trio.current_time()
-        if any(other != peer and now - moved < OTHERS_MOVING_S for other, moved in self._pulling.items()):
+        if any(other not in self._ending and now - moved < OTHERS_MOVING_S for other, moved in self._pulling.items()):
             self._fold_owed = True
             return False
         self._refold()

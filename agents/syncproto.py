@@ -22,7 +22,7 @@ and asks nothing (the chain's hashes say so); otherwise it asks for the seqs,
 under 3.0.0 a joiner received and sent back 67 bytes an event in ids, and a member
 that was behind offered its whole feed to every peer ahead of it.
 
-The offer is paged: each offer frame lists at most ``OFFER_PAGE`` ids and runs (an
+The offer is paged: each offer frame lists at most ``syncwire.OFFER_PAGE`` ids and runs (an
 author's ids may go on in the next page), so what either side holds in one frame
 does not grow with the event set. A need asks for at most ``BATCH`` events (ids
 and the seqs of its ranges together).
@@ -68,7 +68,6 @@ from agents.core.sync import EventIndex, Need, Offer, SeqRange, Summary, split_r
 from agents.net.base import MAX_FRAME_BYTES, PeerStream, StreamClosed
 from agents.syncwire import (
     BATCH,
-    OFFER_PAGE,
     SyncProtocolError,
     SyncRefused,
     check_ticket,
@@ -310,7 +309,6 @@ __all__ = [
     "BATCH",
     "EVENTS_BUDGET",
     "LIMITS",
-    "OFFER_PAGE",
     "PROTOCOL",
     "Batches",
     "StreamClosed",

@@ -225,12 +225,12 @@ def catch_up(batch: list[Event], holders: int = 1) -> CatchUp:
             write_ticket(data_dir, issue(AUTHORITY, CLUSTER, peer, "observer"))
             procs.append(Proc(f"holder{number}", data_dir, free_port(), peer))
         write_ticket(root / "late", issue(AUTHORITY, CLUSTER, load_or_create(root / "late").peer_id, "observer"))
-        for holder in procs:
-            start_agent(holder, "observer", procs, cluster=CLUSTER)
-        for holder in procs:
-            while not (holder.data_dir / "addrs").exists():
-                time.sleep(0.1)
-        try:
+        try:  # a holder that fails to start stops those started before it
+            for holder in procs:
+                start_agent(holder, "observer", procs, cluster=CLUSTER)
+            for holder in procs:
+                while not (holder.data_dir / "addrs").exists():
+                    time.sleep(0.1)
             with open(root / "late.err", "w+") as errors:
                 start = time.perf_counter()
                 joiner = subprocess.Popen([*swarm_command(), "observe", "--timeout", "600", "--cluster", CLUSTER,

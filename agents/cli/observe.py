@@ -120,7 +120,7 @@ def cmd_observe(args: argparse.Namespace) -> int:
         return 1
     if not (args.follow or args.until_complete or web is not None) and not member.stats.pulls_whole:
         # connected, but every pull was refused, broken off or cut: the tree above may be partial
-        print("swarm observe: no pull from a peer ran to its end (refused, broken off or timed out: "
+        print("swarm observe: no pull from a peer ran to its end whole (refused, broken off, timed out or cut: "
               "the log says which); the tree shown may be partial", file=sys.stderr)
         return 1
     return 0

@@ -122,11 +122,7 @@ class PeerExchanges:
         self.answered_at[peer] = now
         try:
             with trio.move_on_after(EXCHANGE_TIMEOUT):
-                # only peers whose tickets we checked, read once the asker's is: two spokes
-                # asking a hub at once were each listed nothing (neither yet admitted when the
-                # other's listing was made) and only met 30 s later, at the next ask
-                known = ((p, self._addresses_of(p)) for p in self._connected() if p in self.admitted)
-                await peer_exchange.answer(wrapped, self._credentials, known, on_checked=self.admitted.add)
+                await peer_exchange.answer(wrapped, self._credentials, self._listable(), on_checked=self.admitted.add)
                 self.counts["answered"] += 1
         except StreamClosed as exc:
             log.debug("peer exchange failed", peer=peer, error=str(exc)[:120])
@@ -134,6 +130,15 @@ class PeerExchanges:
             self._refused_by(peer, exc)
         finally:
             await wrapped.aclose()
+
+    def _listable(self):
+        """The connected peers whose tickets we checked, with their addresses, read only when
+        listed (after the asker's ticket is checked and it is admitted): two spokes asking a hub
+        at once were each listed nothing (neither admitted, or even connected, when the other's
+        listing was made) and met only 30 s later, at the next ask."""
+        for peer in self._connected():
+            if peer in self.admitted:
+                yield peer, self._addresses_of(peer)
 
     def _refused_by(self, peer: str, exc: Exception) -> None:
         self.counts["refused"] += 1

@@ -103,8 +103,8 @@ async def answer(stream: PeerStream, me: Credentials, connected: Iterable[tuple[
                  on_checked: Callable[[str], None] = lambda peer: None) -> int:
     """Answer one ask with a listing of ``connected`` (peer id, addresses); returns how many.
     ``on_checked`` is told the asker's peer id once its ticket admits it, before ``connected``
-    is read (a generator is read only then): of two peers asking at once, the answer to the
-    second lists the first, so every pair of askers comes to know each other."""
+    is iterated (a generator's body runs only then): of two peers asking at once, the answer
+    to the second lists the first, so every pair of askers comes to know each other."""
     question = decode_message(await stream.receive(ASK_LIMIT), "ask", PeerExchangeError)
     if question.get("cluster") != me.cluster:
         raise PeerExchangeError(f"peer is in cluster {question.get('cluster')!r}, we are in {me.cluster!r}")
