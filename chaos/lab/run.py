@@ -37,6 +37,11 @@ from chaos.windows import in_force
 
 log = structlog.get_logger("chaos.run")
 SAMPLE_S = 1.0
+# a converged cluster's stores must hold still this long (same digest, complete, the same
+# number of events in every store, unchanged) before they are read for the checkers: a vote
+# published as the plan completed reached 9 of 10 stores between the settling sample and the
+# final read, and event_sets failed on an event still in flight
+QUIET_S = 2.0
 TOXIPROXY_BINARY = Path.home() / ".cache" / "swarm-plan" / "bin" / "toxiproxy-server"
 
 
@@ -79,6 +84,7 @@ class Recorder:
     def __init__(self, cluster: LabCluster, history: History, clock: Callable[[], float]) -> None:
         self.cluster, self.history, self.clock = cluster, history, clock
         self.trees: dict[str, PlanTree] = {}  # each member's latest sampled plan
+        self.counts: dict[str, int] = {}  # and how many events its store held then
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="recorder", daemon=True)
         self.first_complete: float | None = None
@@ -96,11 +102,13 @@ class Recorder:
             if member.started_at is None:
                 continue
             try:
-                tree = fold(read_events(member.data_dir))
+                events = read_events(member.data_dir)
+                tree = fold(events)
             except Exception as exc:  # a store mid-creation; the next sample reads it
                 log.debug("sample failed", member=name, error=str(exc)[:200])
                 continue
             self.trees[name] = tree
+            self.counts[name] = len(events)
             self.history.sample(now, name, tree.digest)
             record = self.history.members[name]
             if tree.complete and record.completed_at is None:
@@ -310,15 +318,28 @@ class ScenarioRun:
         raise LabError(f"no executor held a claim within {timeout:.0f}s; nothing to kill")
 
     def _settle(self) -> None:
-        """Wait until every running member holds the same complete plan, or the bound passes."""
+        """Wait until every running member holds the same complete plan and every store has
+        held still for ``QUIET_S`` (nothing in flight for the final read to catch half-way),
+        or the bound passes. ``converged_at`` is the first sample that agreed."""
         deadline = time.monotonic() + self.scenario.complete_within_s
+        agreed: tuple | None = None
+        agreed_at = 0.0
         while time.monotonic() < deadline:
             time.sleep(SAMPLE_S)  # the recorder thread samples meanwhile
             running = self.cluster.running()
             trees = [self.recorder.trees.get(n) for n in running]
-            if running and all(t is not None and t.complete for t in trees) \
-                    and len({t.digest for t in trees if t is not None}) == 1:
+            counts = {self.recorder.counts.get(n) for n in running}
+            digests = {t.digest for t in trees if t is not None}
+            if not (running and all(t is not None and t.complete for t in trees) and len(digests) == 1
+                    and len(counts) == 1):
+                agreed = None
+                continue
+            if self.history.converged_at is None:
                 self.history.converged_at = round(self.now(), 3)
+            state = (tuple(running), *digests, *counts)
+            if state != agreed:
+                agreed, agreed_at = state, time.monotonic()
+            elif time.monotonic() - agreed_at >= QUIET_S:
                 return
 
     def _finish(self) -> None:
