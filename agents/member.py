@@ -255,12 +255,14 @@ class Member(MemberSync, MemberActing):
         if events:
             self._admit(list(events.values()), "gossip")
 
-    def _take_into(self, batch: dict[str, Event], answers: Iterable[Admission], via: str) -> None:
+    def _take_into(self, batch: dict[str, Event], answers: Iterable[Admission], via: str) -> list[Event]:
         """Intake answers in order, each counted and logged (``_take``); the events admitted go
         into ``batch`` (by id: events to store together, a gossip batch's or a pull's until it
         next stores). An event already in it (sent twice, or signed twice over: only its ticket
         holder can) is counted, not logged or measured as a delivery again: one at a time, the
-        index would have known it (the propagation benchmark reads the "admitted" records)."""
+        index would have known it (the propagation benchmark reads the "admitted" records).
+        Returns the events it put into ``batch``."""
+        taken: list[Event] = []
         for answer in answers:
             if isinstance(answer, Admitted) and answer.event.id in batch:
                 self.stats.received += 1
@@ -268,6 +270,8 @@ class Member(MemberSync, MemberActing):
             event = self._take(answer, via)
             if event is not None:
                 batch[event.id] = event
+                taken.append(event)
+        return taken
 
     def _show(self, change: Transition) -> None:
         if self._on_transition is not None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import itertools
 
 import trio
 
@@ -162,9 +161,7 @@ class MemberSync:
             claim.stored()
 
         def screen(decoded: Decoded) -> None:
-            before = len(unstored)
-            self._screen_synced(decoded, unstored)
-            claim.hold(itertools.islice(unstored.values(), before, None))
+            claim.hold(self._screen_synced(decoded, unstored))
 
         def moved() -> None:
             claim.moved()
@@ -267,10 +264,10 @@ class MemberSync:
         self._refold()
         return True
 
-    def _screen_synced(self, frame: Decoded, unstored: dict[str, Event]) -> None:
+    def _screen_synced(self, frame: Decoded, unstored: dict[str, Event]) -> list[Event]:
         """One decoded frame of synced events through the intake, into ``unstored``
-        (``Member._take_into``, as gossip is)."""
-        self._take_into(unstored, (self.intake.refuse_bytes(raw, decoded) if isinstance(decoded, EventRefused)
+        (``Member._take_into``, as gossip is); returns the events it put there."""
+        return self._take_into(unstored, (self.intake.refuse_bytes(raw, decoded) if isinstance(decoded, EventRefused)
                                    else self.intake.admit(decoded) for raw, decoded in frame), "sync")
 
     async def sync_all(self) -> int:
