@@ -16,9 +16,10 @@ py-libp2p's defaults break a swarm (see ../shared/ENVIRONMENT.md, beside the rep
   and check every connected peer's liveness (``liveness.py``: pings of our own,
   a blackholed link is disconnected);
 * ``new_stream`` is never awaited by a caller that must keep its deadline: py-libp2p
-  cleans up a failed open in a shielded scope with no deadline, so streams (sync and
-  ping) open in the network's own tasks (``_open``), and a peer whose open stays stuck
-  has its connections dropped, its sockets severed if a polite close cannot get through;
+  cleans up a failed open in a shielded scope with no deadline, so streams (sync, ping,
+  peer exchange) open in the network's own tasks (``opening.py``), and a peer whose open
+  stays stuck has its connections dropped, its sockets severed if a polite close cannot
+  get through;
 * mDNS callbacks arrive on zeroconf's thread and are handed to trio.
 """
 
@@ -28,7 +29,6 @@ import contextlib
 import functools
 import hashlib
 from collections.abc import Sequence
-from typing import Any
 
 import multiaddr
 import structlog
@@ -52,18 +52,17 @@ from agents.core.admission import Credentials
 from agents.core.identity import Identity
 from agents.logs import adopt_libp2p
 from agents.net import peer_exchange, peer_records
-from agents.net.base import StreamClosed, StreamHandler
+from agents.net.base import StreamHandler
 from agents.net.exchanging import EXCHANGE_INTERVAL, PeerExchanges
 from agents.net.gossip_router import Router
 from agents.net.liveness import Liveness
+from agents.net.opening import DIAL_TIMEOUT, StreamOpener
 from agents.net.peer_book import PeerBook, listed_addresses, resolved
 from agents.net.streams import (
     CLOSE_TIMEOUT,
     Libp2pStream,
-    Opening,
     hear_frames,
     heard_through,
-    reset,
     sever,
 )
 from agents.net.yamux_credit import credit_half_a_window
@@ -79,7 +78,6 @@ GOSSIP_PROTOCOLS = [TProtocol("/meshsub/1.2.0"), TProtocol("/meshsub/1.1.0"), TP
 SYNC_PROTOCOL = TProtocol(SYNC_PROTOCOL_ID)
 PEERS_PROTOCOL = TProtocol(peer_exchange.PROTOCOL)
 DIAL_INTERVAL = 2.0
-DIAL_TIMEOUT = 5.0
 SEEN_TTL_S = 120  # gossip message ids remembered, and validation verdicts cached, this long
 
 
@@ -146,9 +144,11 @@ class Libp2pNetwork:
                               seen_ttl=SEEN_TTL_S, validation_cache_ttl=SEEN_TTL_S)
         self._known_connected: set[str] = set()
         self._nursery: trio.Nursery | None = None  # for tasks the callers may leave behind
-        self._abandoned: dict[tuple[str, TProtocol], set[Opening]] = {}  # opens their callers left
         self._dropping: set[str] = set()
         self.liveness = Liveness(lambda peer: self._open(peer, PING_PROTOCOL), self.connected_peers, self.drop)
+        # ``drop`` looked up at each call, as before the opener was its own class (tests replace it)
+        self._opener = StreamOpener(self.host, lambda peer: self.drop(peer), self.liveness.stalls.stalled_since,
+                                    self.liveness.heard)
 
     def _message_id(self, message) -> bytes:
         """sha256 of the data on the events topic alone (PROTOCOL.md section 11); on any other
@@ -203,80 +203,7 @@ class Libp2pNetwork:
         return Libp2pStream(await self._open(peer, SYNC_PROTOCOL), peer)
 
     async def _open(self, peer: str, protocol: TProtocol):
-        """A py-libp2p stream to ``peer``, opened in a task of the network's own: py-libp2p
-        cleans up a failed ``new_stream`` in a shielded scope with no deadline (a reset that
-        waits for the connection's writer), which would hold its caller past any deadline of
-        the caller's. The caller waits at most ``DIAL_TIMEOUT``. A task it leaves behind is
-        remembered: a later open of that protocol to that peer first waits for it (as long
-        again), fails if it still has not returned, and has the peer's connections severed
-        once it is twice that old."""
-        key = (peer, protocol)
-        stuck = self._abandoned.get(key)
-        if stuck:
-            oldest = min(stuck, key=lambda left: left.since)
-            with trio.move_on_after(DIAL_TIMEOUT):
-                await oldest.done.wait()
-            if not oldest.done.is_set():
-                # an open this old is wedged, unless we ourselves stalled within that time:
-                # at a wake every open in flight looks old, and the peer is not to blame
-                now = trio.current_time()
-                if now - oldest.since > 2 * DIAL_TIMEOUT \
-                        and not self.liveness.stalls.stalled_since(now - 2 * DIAL_TIMEOUT):
-                    log.warning("stream open wedged; dropping the connection", peer=peer,
-                                protocol=protocol, age_s=round(trio.current_time() - oldest.since, 1))
-                    self.drop(peer)
-                raise StreamClosed(f"cannot open a stream to {peer[-8:]}: an earlier open has not returned")
-        if self._nursery is None:
-            raise StreamClosed(f"cannot open a stream to {peer[-8:]}: the network is not running")
-        opening = Opening()
-        send, receive = trio.open_memory_channel[Any](1)
-        self._nursery.start_soon(self._open_in_task, key, opening, send)
-        outcome: Any = None
-        try:
-            with trio.move_on_after(DIAL_TIMEOUT):
-                outcome = await receive.receive()
-        finally:
-            if outcome is None:
-                with contextlib.suppress(trio.WouldBlock):
-                    outcome = receive.receive_nowait()  # sent as the deadline passed
-                if outcome is None and not opening.done.is_set():
-                    opening.since = trio.current_time()
-                    self._abandoned.setdefault(key, set()).add(opening)
-                elif outcome is not None and not isinstance(outcome, BaseException):
-                    if self._nursery is not None:  # our caller was cancelled meanwhile
-                        self._nursery.start_soon(reset, outcome)
-                    outcome = None
-            receive.close()  # from here a stream that opens after all is reset by the task
-        if outcome is None:
-            raise StreamClosed(f"cannot open a stream to {peer[-8:]}: none opened in {DIAL_TIMEOUT:g} s")
-        if isinstance(outcome, BaseException):
-            raise StreamClosed(f"cannot open a stream to {peer[-8:]}: {outcome!r}")
-        self.liveness.heard(peer)  # the peer answered the protocol negotiation
-        return outcome
-
-    async def _open_in_task(self, key: tuple[str, TProtocol], opening: Opening,
-                            send: trio.MemorySendChannel) -> None:
-        peer, protocol = key
-        stream = None
-        try:
-            with trio.move_on_after(DIAL_TIMEOUT):
-                stream = await self.host.new_stream(ID.from_base58(peer), [protocol])
-        except Exception as exc:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
-                send.send_nowait(exc)
-        else:
-            if stream is not None:
-                try:
-                    send.send_nowait(stream)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):  # the caller gave up
-                    await reset(stream)
-        finally:
-            opening.done.set()
-            left = self._abandoned.get(key)
-            if left is not None:
-                left.discard(opening)
-                if not left:
-                    del self._abandoned[key]
+        return await self._opener.open(peer, protocol)
 
     def drop(self, peer: str) -> None:
         """Close our connections to ``peer`` in the background (it is redialled as usual)."""
@@ -336,7 +263,7 @@ class Libp2pNetwork:
             background_trio_service(self._pubsub),
             background_trio_service(self._router),
         ):
-            self._nursery = nursery
+            self._nursery = self._opener.nursery = nursery
             await self._pubsub.wait_until_ready()
             self._pubsub.set_topic_validator(self.topic, self._validate, False)
             subscription = await self._pubsub.subscribe(self.topic)
@@ -354,7 +281,7 @@ class Libp2pNetwork:
             try:
                 await trio.sleep_forever()
             finally:
-                self._nursery = None
+                self._nursery = self._opener.nursery = None
 
     async def _drain(self, subscription, into: trio.MemorySendChannel[bytes]) -> None:
         while True:

@@ -59,14 +59,6 @@ class Libp2pStream:
             await self._stream.reset()
 
 
-class Opening:
-    """One stream open under way in the network's task: ``done`` once it returned."""
-
-    def __init__(self) -> None:
-        self.done = trio.Event()
-        self.since = 0.0  # when its caller gave up on it
-
-
 async def reset(stream) -> None:
     """Reset a py-libp2p stream, giving up after ``CLOSE_TIMEOUT`` (the muxer has it then)."""
     with trio.move_on_after(CLOSE_TIMEOUT), contextlib.suppress(Exception):
