@@ -50,13 +50,10 @@ class StreamOpener:
         self._abandoned: dict[tuple[str, TProtocol], set[Opening]] = {}  # opens their callers left
 
     async def open(self, peer: str, protocol: TProtocol):
-        """A py-libp2p stream to ``peer``, opened in a task of ``nursery`` (the network's): py-libp2p
-        cleans up a failed ``new_stream`` in a shielded scope with no deadline (a reset that
-        waits for the connection's writer), which would hold its caller past any deadline of
-        the caller's. The caller waits at most ``DIAL_TIMEOUT``. A task it leaves behind is
-        remembered: a later open of that protocol to that peer first waits for it (as long
-        again), fails if it still has not returned, and has the peer's connections severed
-        once it is twice that old."""
+        """A py-libp2p stream to ``peer`` for ``protocol``, or StreamClosed within ``DIAL_TIMEOUT``.
+        An open whose caller gave up is remembered: the next open of that protocol to that peer
+        first waits for it (as long again), fails if it still has not returned, and drops the
+        peer's connections once it is twice that old."""
         key = (peer, protocol)
         stuck = self._abandoned.get(key)
         if stuck:

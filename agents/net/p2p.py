@@ -143,7 +143,7 @@ class Libp2pNetwork:
         self._pubsub = Pubsub(self.host, self._router, msg_id_constructor=self._message_id,
                               seen_ttl=SEEN_TTL_S, validation_cache_ttl=SEEN_TTL_S)
         self._known_connected: set[str] = set()
-        self._nursery: trio.Nursery | None = None  # for tasks the callers may leave behind
+        self._nursery: trio.Nursery | None = None  # for drops and peer-exchange asks; shared with the opener
         self._dropping: set[str] = set()
         self.liveness = Liveness(lambda peer: self._open(peer, PING_PROTOCOL), self.connected_peers, self.drop)
         # ``drop`` looked up at each call, as before the opener was its own class (tests replace it)

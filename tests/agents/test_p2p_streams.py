@@ -15,7 +15,7 @@ import trio
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
-from agents.net import p2p
+from agents.net import opening, p2p
 from agents.net.base import StreamClosed
 from tests.builders import identity
 
@@ -51,16 +51,16 @@ async def test_an_open_that_py_libp2p_shields_from_cancellation_returns_at_the_d
         try:
             for _ in range(3):  # each in a task of its own: on a broken opener the test fails, not hangs
                 nursery.start_soon(open_once)
-                await trio.sleep(p2p.DIAL_TIMEOUT + 1)
+                await trio.sleep(opening.DIAL_TIMEOUT + 1)
         finally:
             release.set()  # the abandoned open ends
         with trio.fail_after(5):
             while len(answers) < 3:
                 await trio.sleep(0.05)
         (first_s, first), (second_s, second), (_, third) = answers
-        assert "none opened in" in first and first_s < p2p.DIAL_TIMEOUT + 1, answers
+        assert "none opened in" in first and first_s < opening.DIAL_TIMEOUT + 1, answers
         # the next two wait for the abandoned open, then give up: no new open is piled on
-        assert "an earlier open has not returned" in second and second_s < p2p.DIAL_TIMEOUT + 1, answers
+        assert "an earlier open has not returned" in second and second_s < opening.DIAL_TIMEOUT + 1, answers
         assert "an earlier open has not returned" in third, answers
         assert calls == 1, calls
         assert dropped == [peer], "an open left behind past twice the deadline did not drop the peer"
