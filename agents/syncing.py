@@ -268,7 +268,7 @@ class MemberSync:
         """One decoded frame of synced events through the intake, into ``unstored``
         (``Member._take_into``, as gossip is); returns the events it put there."""
         return self._take_into(unstored, (self.intake.refuse_bytes(raw, decoded) if isinstance(decoded, EventRefused)
-                                   else self.intake.admit(decoded) for raw, decoded in frame), "sync")
+                                          else self.intake.admit(decoded) for raw, decoded in frame), "sync")
 
     async def sync_all(self) -> int:
         """Pull from every connected peer at once, until each pull ends; a slow or stalled peer

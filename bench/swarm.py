@@ -99,38 +99,38 @@ def _steady(before: float, now: float, members: int, cores: int) -> bool:
 class _Start:
     """Waiting until the members have started and formed their meshes: at least 3 + n/10 s
     (gossip heartbeats of 1 s), then until their CPU holds steady (``_steady``), or
-    ``MOST_START_S`` has passed. A probe sent while dozens of processes start measures the
-    start, not gossip; an idle reading then reads the start, not idling. ``pauses`` yields the
-    sleeps (one wait for trio and plain callers); ``steady`` says whether it ended so."""
+    ``MOST_START_S`` has passed (a warning is printed then). A probe sent while dozens of
+    processes start measures the start, not gossip; an idle reading then reads the start, not
+    idling. ``pauses`` yields the sleeps, so that ``wait`` and trio's ``settle`` are one wait."""
 
     def __init__(self, procs: list[Proc]) -> None:
         self.procs = procs
-        self.steady = False
 
     def pauses(self) -> Iterator[float]:
         began = time.monotonic()
         yield 3 + len(self.procs) / 10
         cores, before = len(os.sched_getaffinity(0)), None
+        read = _members_cpu(self.procs)  # each reading ends one window and starts the next
         while time.monotonic() - began < MOST_START_S:
-            start = _members_cpu(self.procs)
             yield STEADY_WINDOW_S
-            now = (_members_cpu(self.procs) - start) / STEADY_WINDOW_S
+            last, read = read, _members_cpu(self.procs)
+            now = (read - last) / STEADY_WINDOW_S
             if before is not None and _steady(before, now, len(self.procs), cores):
-                self.steady = True
                 return
             before = now
+        self._warn()
 
-    def warn(self) -> None:
-        if not self.steady:
-            print(f"(warning: {len(self.procs)} members' CPU did not hold steady in {MOST_START_S:g} s; "
-                  "the next row reads a cluster still starting)", flush=True)
+    def wait(self) -> None:
+        for pause in self.pauses():
+            time.sleep(pause)
 
+    async def settle(self) -> None:
+        for pause in self.pauses():
+            await trio.sleep(pause)
 
-async def _settled(procs: list[Proc]) -> None:
-    start = _Start(procs)
-    for pause in start.pauses():
-        await trio.sleep(pause)
-    start.warn()
+    def _warn(self) -> None:
+        print(f"(warning: {len(self.procs)} members' CPU did not hold steady in {MOST_START_S:g} s; "
+              "the next row reads a cluster still starting)", flush=True)
 
 
 async def _publish(procs: list[Proc], cluster: str, count: int, rate: float,
@@ -150,7 +150,7 @@ async def _publish(procs: list[Proc], cluster: str, count: int, rate: float,
             await nursery.start(member.run)
             while len(network.connected_peers()) < min(len(procs), ACTIVE_PEERS):  # the bound (peer_book.py)
                 await trio.sleep(0.1)
-            await _settled(procs)
+            await _Start(procs).settle()
             window = count / rate + 5
             start = _members_cpu(procs)
             await trio.sleep(window)
@@ -352,10 +352,7 @@ def idle_cost(members: int, window: float = 20.0) -> IdleCost:
             launched = time.monotonic()
             for (role, _), proc in zip(roles, procs, strict=True):
                 start_agent(proc, role, procs, cluster="idle", llm="scripted")
-            start = _Start(procs)
-            for pause in start.pauses():
-                time.sleep(pause)
-            start.warn()
+            _Start(procs).wait()
             start_s = time.monotonic() - launched
             logs = [proc.data_dir / "agent.log" for proc in procs]
             drops_before = sum(_drops(log) for log in logs)
