@@ -99,9 +99,6 @@ class History:
     drained_from: float | None = None  # a stalled run's members held still from then until ended_at
     convergence_bound_s: float = 120.0
     hostile: tuple[str, ...] = ()  # what the hostile peer did, if one ran
-    # how far a member's logged times may trail what the recorder saw (the lab samples stores once a
-    # second, from the host, while members log by their own clocks; the simulation is exact)
-    clock_slack_s: float = 0.0
     admitted: set[str] | None = None  # every peer the cluster's authority admitted (hostile ones too)
 
     def __getstate__(self) -> dict[str, object]:

@@ -7,7 +7,10 @@ folds. Members log every change (``Transition``), from the first fold after
 they start, so a checker can judge every moment of every member and not only
 the end: a split or a result, once shown, must never be shown as anything else,
 by this member or any other. A holder may change (a lease ran out); that is
-logged too, because users see it.
+logged too, because users see it. So is the moment the plan shown turns complete
+(``kind == "complete"``, after the decisions that completed it): what an observer
+printed then is what ``observer_truth`` judges, not what its store held (a pull may
+store events a sync interval before the member next folds and shows them).
 
 The fold cannot see these (it knows one set, not two moments); members call
 ``changes`` after each refold.
@@ -27,9 +30,11 @@ FINAL_KINDS: frozenset[str] = frozenset({"split", "result"})
 @dataclass(frozen=True)
 class Transition:
     """One change of what a member shows. ``kind == "start"`` marks a (re)start of the
-    member: the transitions right after it are its first fold from its store."""
+    member: the transitions right after it are its first fold from its store.
+    ``kind == "complete"`` marks the plan shown turning complete (``after``: its digest)
+    or, were that ever taken back, incomplete (``before``: the digest it had)."""
 
-    kind: Literal["start", "split", "holder", "result"]
+    kind: Literal["start", "split", "holder", "result", "complete"]
     node: str = ""
     before: str | None = None
     after: str | None = None
@@ -57,7 +62,8 @@ def decisions(tree: PlanTree) -> dict[tuple[str, str], str]:
 
 
 def changes(before: PlanTree | None, after: PlanTree) -> list[Transition]:
-    """What changed between two folds, in a stable order (kind, node)."""
+    """What changed between two folds, in a stable order (kind, node), then whether the
+    plan turned complete (or, never allowed, incomplete)."""
     old = decisions(before) if before is not None else {}
     new = decisions(after)
     out = []
@@ -65,6 +71,11 @@ def changes(before: PlanTree | None, after: PlanTree) -> list[Transition]:
         if old.get(key) != new.get(key):
             kind, node = key
             out.append(Transition(kind, node, old.get(key), new.get(key)))  # type: ignore[arg-type]
+    was_complete = before is not None and before.complete
+    if after.complete and not was_complete:
+        out.append(Transition("complete", after=after.digest))
+    elif was_complete and not after.complete:
+        out.append(Transition("complete", before=before.digest))  # type: ignore[union-attr]
     return out
 
 

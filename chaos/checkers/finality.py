@@ -43,6 +43,8 @@ def no_revocation(history: History) -> Verdict:
             if shown.kind == "holder":
                 holder_changes += shown.before is not None
                 continue
+            if shown.kind not in FINAL:  # "complete": when the plan shown turned complete
+                continue
             if shown.before is not None:
                 problems.append(f"{_describe(name, shown)} replaced its {shown.kind} of {short(shown.node)}: "
                                 f"{short(shown.before)} -> {short(shown.after or 'nothing')}")

@@ -7,8 +7,8 @@ feeds intact, what the observer printed was the truth, and wasted work within a 
   equivocator, or with any of its events outside its feed (pending or cut), in any live
   member's copy: judged with the reference model, not the fold. (A member whose store the
   nemesis destroyed may leave a hole: the events before it existed nowhere else.)
-* ``observer_truth``: what an observer showed when it first saw the plan complete (its
-  transition log up to that moment) is the final plan, every split and result of it.
+* ``observer_truth``: what an observer showed when it first showed the plan complete (its
+  transition log up to its ``complete`` record) is the final plan, every split and result.
 * ``wasted_work``: results never accepted (duplicate executions) stay within a budget of one
   per leaf; the figures are reported either way.
 """
@@ -63,33 +63,50 @@ def honest_feeds(history: History) -> Verdict:
 
 
 def observer_truth(history: History) -> Verdict:
-    """What an observer showed when it first saw the plan complete is the final plan."""
+    """What an observer showed at the moment it showed the plan complete is the final plan.
+
+    Judged by its transition log, in the log's order, up to its first ``complete`` record:
+    not at the moment the recorder first folded its store complete, which a pull may reach
+    a sync interval before the member folds and shows it. An observer alive at the end whose
+    store held the complete plan but which never showed it complete fails too (the lab waits
+    for the observers' logs before it ends a run, ``chaos.lab.run.ScenarioRun._settle``)."""
     union = _union_model(history)
     truth = {("split", n.id): n.split for n in union.nodes.values() if n.split}
     truth |= {("result", n.id): n.result for n in union.nodes.values() if n.result}
-    observers = [m for m in history.members.values() if m.role == "observer" and m.completed_at is not None]
-    if not observers:
-        return Verdict("observer_truth", "pass", "no observer saw the plan complete in this run")
-    for observer in observers:
+    judged = 0
+    for observer in sorted((m for m in history.members.values() if m.role == "observer"), key=lambda m: m.name):
         state: dict[tuple[str, str], str] = {}
+        printed_at: float | None = None
         for shown in observer.shown:
-            if shown.at > observer.completed_at + history.clock_slack_s:  # type: ignore[operator]
+            if shown.kind == "start":  # a restart: its first fold shows everything again
+                state = {}
+            elif shown.kind == "complete" and shown.after is not None:
+                printed_at = shown.at
                 break
-            if shown.kind in ("split", "result"):
+            elif shown.kind in ("split", "result"):
                 key = (shown.kind, shown.node)
                 if shown.after is None:
                     state.pop(key, None)
                 else:
                     state[key] = shown.after
+        if printed_at is None:
+            if observer.alive and observer.completed_at is not None:
+                return Verdict("observer_truth", "fail",
+                               f"{observer.name}'s store held the complete plan from t={observer.completed_at:.1f}s, "
+                               "but it never showed the plan complete")
+            continue
+        judged += 1
         if state != truth:
             wrong = sorted(k for k in truth.keys() | state.keys() if truth.get(k) != state.get(k))
             kind, node = wrong[0]
             return Verdict("observer_truth", "fail",
-                           f"{observer.name} printed a complete plan at t={observer.completed_at:.1f}s whose {kind} "
+                           f"{observer.name} printed a complete plan at t={printed_at:.1f}s whose {kind} "
                            f"of {short(node)} is {short(state.get(wrong[0]) or '-')}, the final plan's "
                            f"{short(truth.get(wrong[0]) or '-')} ({len(wrong)} difference(s))")
+    if not judged:
+        return Verdict("observer_truth", "pass", "no observer saw the plan complete in this run")
     return Verdict("observer_truth", "pass",
-                   f"{len(observers)} observer(s) printed, at completion, exactly the final plan "
+                   f"{judged} observer(s) printed, at completion, exactly the final plan "
                    f"({len(truth)} decisions)")
 
 

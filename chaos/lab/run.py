@@ -78,6 +78,15 @@ def read_shown(data_dir: Path, t0_wall_ms: float) -> list[Shown]:
     return shown
 
 
+def shows_complete(data_dir: Path) -> bool:
+    """Whether a member's transition log says it shows the plan complete (since it last started)."""
+    complete = False
+    for shown in read_shown(data_dir, 0.0):
+        if shown.kind in ("start", "complete"):
+            complete = shown.after is not None
+    return complete
+
+
 class Recorder:
     """Samples every member's digest once a second, in a thread, into the history."""
 
@@ -138,8 +147,7 @@ class ScenarioRun:
             toxiproxy_binary=TOXIPROXY_BINARY if TOXIPROXY_BINARY.exists() else None,
         )
         self.history = History(scenario=scenario.name, seed=scenario.seed, shape=dict(scenario.shape),
-                               quorum=scenario.quorum, convergence_bound_s=scenario.complete_within_s,
-                               clock_slack_s=SAMPLE_S + 0.5)
+                               quorum=scenario.quorum, convergence_bound_s=scenario.complete_within_s)
         self.t0 = time.monotonic()
         self.t0_wall_ms = time.time() * 1000
         self.nemesis = Nemesis(self.cluster, self._fault)
@@ -318,9 +326,11 @@ class ScenarioRun:
         raise LabError(f"no executor held a claim within {timeout:.0f}s; nothing to kill")
 
     def _settle(self) -> None:
-        """Wait until every running member holds the same complete plan and every store has
-        held still for ``QUIET_S`` (nothing in flight for the final read to catch half-way),
-        or the bound passes. ``converged_at`` is the first sample that agreed."""
+        """Wait until every running member holds the same complete plan, every store has
+        held still for ``QUIET_S`` (nothing in flight for the final read to catch half-way)
+        and every running observer has shown the plan complete (a pull may leave its fold a
+        sync interval behind its store; ``observer_truth`` judges what it showed), or the
+        bound passes. ``converged_at`` is the first sample that agreed."""
         deadline = time.monotonic() + self.scenario.complete_within_s
         agreed: tuple | None = None
         agreed_at = 0.0
@@ -339,7 +349,9 @@ class ScenarioRun:
             state = (tuple(running), *digests, *counts)
             if state != agreed:
                 agreed, agreed_at = state, time.monotonic()
-            elif time.monotonic() - agreed_at >= QUIET_S:
+            elif time.monotonic() - agreed_at >= QUIET_S and all(
+                    shows_complete(self.cluster.members[n].data_dir) for n in running
+                    if self.history.members[n].role == "observer"):
                 return
 
     def _finish(self) -> None:
