@@ -123,7 +123,7 @@ class Member(MemberSync, MemberActing):
         one-line account of each thing this member does (the simulator's trace).
 
         Every change of what this member shows (accepted split, claim holder, accepted
-        result; ``agents.core.transitions``) goes to ``on_transition`` and is appended to
+        result, the plan turning complete; ``agents.core.transitions``) goes to ``on_transition`` and is appended to
         ``transitions_path`` (JSON lines with the member's wall clock and HLC), starting
         with a ``start`` record and the first fold from the store."""
         identity = credentials.identity

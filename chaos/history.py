@@ -39,10 +39,11 @@ class Restart:
 @dataclass(frozen=True)
 class Shown:
     """One change of what a member showed (``agents.core.transitions``), at run time ``at``.
-    ``kind == "start"`` marks the member (re)starting; the changes after it are its first fold."""
+    ``kind == "start"`` marks the member (re)starting; the changes after it are its first fold.
+    ``kind == "complete"`` marks the plan it showed turning complete (``after``, its digest)."""
 
     at: float
-    kind: str  # start, split, holder, result
+    kind: str  # start, split, holder, result, complete
     node: str = ""
     before: str | None = None
     after: str | None = None
@@ -99,6 +100,10 @@ class History:
     drained_from: float | None = None  # a stalled run's members held still from then until ended_at
     convergence_bound_s: float = 120.0
     hostile: tuple[str, ...] = ()  # what the hostile peer did, if one ran
+    # how long after its store holds the plan a member may take to show it: the lab reads stores
+    # from the host once a second, and a pull may leave a member's fold a sync interval behind
+    # its store; the simulation samples what members show, so there it is exact
+    show_within_s: float = 0.0
     admitted: set[str] | None = None  # every peer the cluster's authority admitted (hostile ones too)
 
     def __getstate__(self) -> dict[str, object]:

@@ -32,7 +32,8 @@ class Transition:
     """One change of what a member shows. ``kind == "start"`` marks a (re)start of the
     member: the transitions right after it are its first fold from its store.
     ``kind == "complete"`` marks the plan shown turning complete (``after``: its digest)
-    or, were that ever taken back, incomplete (``before``: the digest it had)."""
+    or incomplete again (``before``: the digest it had; a goal submitted after the first
+    completed does that, and no checker judges it)."""
 
     kind: Literal["start", "split", "holder", "result", "complete"]
     node: str = ""
@@ -63,7 +64,7 @@ def decisions(tree: PlanTree) -> dict[tuple[str, str], str]:
 
 def changes(before: PlanTree | None, after: PlanTree) -> list[Transition]:
     """What changed between two folds, in a stable order (kind, node), then whether the
-    plan turned complete (or, never allowed, incomplete)."""
+    plan turned complete (or incomplete again: a new goal)."""
     old = decisions(before) if before is not None else {}
     new = decisions(after)
     out = []

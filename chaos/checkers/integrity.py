@@ -66,14 +66,17 @@ def observer_truth(history: History) -> Verdict:
     """What an observer showed at the moment it showed the plan complete is the final plan.
 
     Judged by its transition log, in the log's order, up to its first ``complete`` record:
-    not at the moment the recorder first folded its store complete, which a pull may reach
-    a sync interval before the member folds and shows it. An observer alive at the end whose
-    store held the complete plan but which never showed it complete fails too (the lab waits
-    for the observers' logs before it ends a run, ``chaos.lab.run.ScenarioRun._settle``)."""
+    not at the moment the recorder first found it complete (the lab folds stores from the
+    host, and a pull may store the plan a sync interval before the member folds and shows
+    it). An observer alive at the end that was found complete at least
+    ``history.show_within_s`` before the end but never logged the plan complete fails too
+    (the lab waits for the observers' logs before it ends a run,
+    ``chaos.lab.run.ScenarioRun._settle``); one found complete later is a stall, said so."""
     union = _union_model(history)
     truth = {("split", n.id): n.split for n in union.nodes.values() if n.split}
     truth |= {("result", n.id): n.result for n in union.nodes.values() if n.result}
     judged = 0
+    stalled = ""  # an observer the run ended on before it could show what its store held
     for observer in sorted((m for m in history.members.values() if m.role == "observer"), key=lambda m: m.name):
         state: dict[tuple[str, str], str] = {}
         printed_at: float | None = None
@@ -91,9 +94,12 @@ def observer_truth(history: History) -> Verdict:
                     state[key] = shown.after
         if printed_at is None:
             if observer.alive and observer.completed_at is not None:
-                return Verdict("observer_truth", "fail",
-                               f"{observer.name}'s store held the complete plan from t={observer.completed_at:.1f}s, "
-                               "but it never showed the plan complete")
+                unshown = (f"{observer.name} was found complete at t={observer.completed_at:.1f}s, "
+                           f"{history.ended_at - observer.completed_at:.1f}s before the run ended, but never "
+                           f"showed the plan complete (allowed {history.show_within_s:g}s to show it)")
+                if history.ended_at - observer.completed_at >= history.show_within_s:  # the sim's 0: always
+                    return Verdict("observer_truth", "fail", unshown)
+                stalled = stalled or unshown
             continue
         judged += 1
         if state != truth:
@@ -103,6 +109,8 @@ def observer_truth(history: History) -> Verdict:
                            f"{observer.name} printed a complete plan at t={printed_at:.1f}s whose {kind} "
                            f"of {short(node)} is {short(state.get(wrong[0]) or '-')}, the final plan's "
                            f"{short(truth.get(wrong[0]) or '-')} ({len(wrong)} difference(s))")
+    if stalled:
+        return Verdict("observer_truth", "stall", stalled)
     if not judged:
         return Verdict("observer_truth", "pass", "no observer saw the plan complete in this run")
     return Verdict("observer_truth", "pass",

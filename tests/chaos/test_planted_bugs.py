@@ -99,6 +99,28 @@ def test_a_member_that_shows_a_split_before_it_is_decided_is_caught(monkeypatch)
     assert found[1] in ("no_revocation", "quorum_safety", "observer_truth"), found
 
 
+def test_a_member_that_calls_the_plan_complete_one_result_early_is_caught(monkeypatch) -> None:
+    """A display that counts the leaves wrong: it tells the user the plan is complete while one
+    leaf still has no result. What the observer printed then is not the final plan."""
+    import agents.member as member_module
+    from agents.core.transitions import Transition
+
+    honest = member_module.changes
+
+    def hasty(before, after):
+        out = honest(before, after)
+        leaves = [n for n in after.nodes.values() if n.leaf]
+        undone = [n for n in leaves if n.result is None]
+        if not after.complete and len(leaves) > 1 and len(undone) == 1:
+            out.append(Transition("complete", after=after.digest))
+        return out
+
+    monkeypatch.setattr(member_module, "changes", hasty)
+    found = _first_violation(SimConfig(seed=0))
+    assert found is not None, f"no violation in {BUDGET} seeds"
+    assert found[1] == "observer_truth", found
+
+
 def test_a_store_that_acknowledges_before_its_commit_is_durable_is_caught(monkeypatch) -> None:
     """Below synchronous=FULL a commit returns before it is on the disk; a crash that loses the
     page cache then loses events the member already acted on (and it may sign their seqs again)."""
