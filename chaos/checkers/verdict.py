@@ -29,10 +29,6 @@ class Verdict:
                 "evidence": self.evidence}
 
 
-def _short(peer_or_id: str) -> str:
-    return peer_or_id[-8:] if peer_or_id.startswith(("12D", "Qm")) else peer_or_id[:8]
-
-
 def short(peer_or_id: str) -> str:
     """A peer id's tail or an event id's head: enough to tell them apart in evidence."""
     return peer_or_id[-8:] if peer_or_id.startswith(("12D", "Qm")) else peer_or_id[:8]
