@@ -11,6 +11,7 @@ seen-cache holds, and what an IWANT for such an id is answered with.
 from __future__ import annotations
 
 import trio
+from libp2p.peer.id import ID
 
 from agents.net.p2p import Libp2pNetwork
 from tests.builders import credentials
@@ -67,3 +68,118 @@ async def test_idontwant_goes_out_only_for_messages_worth_sparing(monkeypatch) -
         nursery.cancel_scope.cancel()
     assert emitted == [ids[big]], "IDONTWANT for a small message, or none for a big one"
     assert not network._router._small, "the router kept ids of messages it has published"
+
+
+def test_a_peer_the_heartbeat_prunes_is_not_grafted_again_inside_its_backoff() -> None:
+    """py-libp2p's heartbeat pruned a mesh past ``degree_high`` without backing off the pruned
+    peers, which back off from us on the PRUNE: a later heartbeat short of ``degree_low`` could
+    graft one of them again inside its backoff window, and it refused ("GRAFT: ignoring
+    request ... back off") or penalised us ("GRAFT flood detected"). The heartbeat here is
+    py-libp2p's, on a mesh and peer table set by hand."""
+    from types import SimpleNamespace
+
+    from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11
+
+    from agents.net.gossip_router import Router
+    from agents.net.p2p import GOSSIP_PROTOCOLS
+
+    topic = "swarm/test/events"
+    peers = [ID(f"peer-{i}".encode()) for i in range(12)]
+    router = Router(protocols=GOSSIP_PROTOCOLS, degree=4, degree_low=3, degree_high=6, heartbeat_interval=1,
+                    adaptive_gossip_enabled=False, spam_protection_enabled=False)
+    router.pubsub = SimpleNamespace(peer_topics={topic: set(peers)})
+    router.peer_protocol = {peer: PROTOCOL_ID_V11 for peer in peers}
+    router.mesh = {topic: set(peers[:8])}  # past degree_high: it is pruned back to degree
+
+    _, to_prune = router.mesh_heartbeat()
+    pruned = {peer for peer, topics in to_prune.items() if topic in topics}
+    assert len(pruned) >= 4 and not pruned & router.mesh[topic]
+    assert all(router._check_back_off(peer, topic) for peer in pruned), "a pruned peer is not backed off"
+
+    for _ in range(20):  # the mesh falls short again and again: never a pruned peer grafted
+        router.mesh[topic] = set(sorted(router.mesh[topic] - pruned, key=str)[:2])
+        to_graft, _ = router.mesh_heartbeat()
+        grafted = {peer for peer, topics in to_graft.items() if topic in topics}
+        assert grafted and not grafted & pruned, f"grafted {grafted & pruned} inside their backoff"
+
+
+def _router(peers: list[ID], *topics: str):
+    from types import SimpleNamespace
+
+    from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11
+
+    from agents.net.gossip_router import Router
+    from agents.net.p2p import GOSSIP_PROTOCOLS
+
+    router = Router(protocols=GOSSIP_PROTOCOLS, degree=4, degree_low=3, degree_high=6, heartbeat_interval=1,
+                    adaptive_gossip_enabled=False, spam_protection_enabled=False)
+    router.pubsub = SimpleNamespace(peer_topics={topic: set(peers) for topic in topics})
+    router.peer_protocol = {peer: PROTOCOL_ID_V11 for peer in peers}
+    router.mesh = {topic: set() for topic in topics}
+    return router
+
+
+async def test_each_peer_gets_the_heartbeats_grafts_prunes_and_ihaves_meant_for_it_alone(monkeypatch) -> None:
+    """py-libp2p 0.8.1 ran its GRAFT and IHAVE lists on from one peer's control message into the
+    next: a peer was grafted in a topic we never meant to graft it in."""
+    events, statuses = "swarm/test/events", "swarm/test/status/1"
+    one, two, three, four = (ID(f"peer-{i}".encode()) for i in range(4))
+    router = _router([one, two, three, four], events, statuses)
+    sent: dict[ID, list] = {}
+
+    async def emit(control, peer) -> None:
+        sent.setdefault(peer, []).append(control)
+
+    monkeypatch.setattr(router, "emit_control_message", emit)
+    await router._emit_control_msgs({one: [events], two: [statuses]}, {three: [events], two: [events]},
+                                    {one: {events: [b"a"]}, four: {statuses: [b"b"]}})
+
+    def what(peer: ID) -> tuple:
+        [control] = sent[peer]  # one message per peer
+        return (sorted(g.topicID for g in control.graft), sorted(p.topicID for p in control.prune),
+                sorted((i.topicID, list(i.messageIDs)) for i in control.ihave))
+
+    assert what(one) == ([events], [], [(events, [b"a"])])
+    assert what(two) == ([statuses], [events], [])
+    assert what(three) == ([], [events], [])
+    assert what(four) == ([], [], [(statuses, [b"b"])])
+    assert all(p.backoff == router.prune_back_off for p in sent[three][0].prune)
+
+
+async def test_we_graft_a_peer_only_a_slack_after_our_backoff_ends_but_take_its_graft_when_it_ends(
+        monkeypatch) -> None:
+    """The two ends' backoffs end seconds apart; the end whose backoff ended first grafted the
+    other while it still backed off, and was refused ("GRAFT: ignoring request ... back off")."""
+    from libp2p.pubsub.pb import rpc_pb2
+
+    from agents.net import gossip_router
+
+    topic = "swarm/test/events"
+    peers = [ID(f"peer-{i}".encode()) for i in range(6)]
+    backed_off = peers[0]
+    router = _router(peers, topic)
+    now = [1_000_000.0]
+    monkeypatch.setattr(gossip_router, "_now", lambda: now[0])
+    sent: list = []
+
+    async def emit(control, peer) -> None:
+        sent.append((peer, control))
+
+    monkeypatch.setattr(router, "emit_control_message", emit)
+    router.back_off = {topic: {backed_off: int(now[0])}}  # our backoff of it ends now
+
+    for _ in range(10):  # the mesh is short: every heartbeat grafts, never the peer we back off from
+        router.mesh[topic] = set()
+        to_graft, _ = router.mesh_heartbeat()
+        assert to_graft and backed_off not in to_graft
+    now[0] += gossip_router.BACKOFF_SLACK_S - 1
+    assert router._check_back_off(backed_off, topic)
+
+    await router.handle_graft(rpc_pb2.ControlGraft(topicID=topic), backed_off)  # its backoff is over
+    assert backed_off in router.mesh[topic] and not sent, "a GRAFT after the backoff ended was refused"
+
+    router.mesh[topic].discard(backed_off)
+    router.back_off[topic][backed_off] = int(now[0]) + 30  # backing off still: its GRAFT is refused
+    await router.handle_graft(rpc_pb2.ControlGraft(topicID=topic), backed_off)
+    assert backed_off not in router.mesh[topic] and [peer for peer, _ in sent] == [backed_off]
+    assert sent[0][1].prune
