@@ -76,19 +76,9 @@ def test_a_peer_the_heartbeat_prunes_is_not_grafted_again_inside_its_backoff() -
     graft one of them again inside its backoff window, and it refused ("GRAFT: ignoring
     request ... back off") or penalised us ("GRAFT flood detected"). The heartbeat here is
     py-libp2p's, on a mesh and peer table set by hand."""
-    from types import SimpleNamespace
-
-    from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11
-
-    from agents.net.gossip_router import Router
-    from agents.net.p2p import GOSSIP_PROTOCOLS
-
     topic = "swarm/test/events"
     peers = [ID(f"peer-{i}".encode()) for i in range(12)]
-    router = Router(protocols=GOSSIP_PROTOCOLS, degree=4, degree_low=3, degree_high=6, heartbeat_interval=1,
-                    adaptive_gossip_enabled=False, spam_protection_enabled=False)
-    router.pubsub = SimpleNamespace(peer_topics={topic: set(peers)})
-    router.peer_protocol = {peer: PROTOCOL_ID_V11 for peer in peers}
+    router = _router(peers, topic)
     router.mesh = {topic: set(peers[:8])}  # past degree_high: it is pruned back to degree
 
     _, to_prune = router.mesh_heartbeat()
