@@ -24,9 +24,10 @@ PRUNE and backs off another minute, and a penalty makes the peer the first one t
 upkeep replaces. Three causes, each mended here:
 
 * py-libp2p's heartbeat packs its GRAFTs, PRUNEs and IHAVEs into one control message per
-  peer, but its lists ran on from peer to peer: each peer's message carried the GRAFTs and
-  IHAVEs of the peers before it, so a peer was grafted in topics (and told of messages)
-  meant for another. ``_emit_control_msgs`` packs each peer's own.
+  peer, but its lists ran on from peer to peer: each grafted peer's message carried the
+  GRAFTs, PRUNEs and IHAVEs of the peers before it, and a pruned peer's the IHAVEs of the
+  one before, so a peer was grafted or pruned in topics (and told of messages) meant for
+  another. ``_emit_control_msgs`` packs each peer's own.
 * the heartbeat pruned a mesh grown past ``degree_high`` without backing off the peers it
   pruned, while each of them, told by the PRUNE, backed off from us for a minute: the next
   heartbeat short of ``degree_low`` could graft one again inside its window. The
@@ -36,6 +37,10 @@ upkeep replaces. Three causes, each mended here:
   grafted the other while it still backed off. We graft a peer only ``BACKOFF_SLACK_S``
   after our backoff of it ends, but take its GRAFT as soon as the backoff ends (the spec's
   slack, after go-libp2p's).
+
+Not mended: py-libp2p's grafts for IP diversity (``_improve_mesh_diversity``, when a mesh
+spans fewer than 3 addresses) ignore backoffs. Loopback members share one address, so only
+the container lab can meet it; and a GRAFT it refuses for a flood records no backoff of ours.
 
 py-libp2p's opportunistic grafting (at every heartbeat, where go-libp2p grafts once a
 minute and only for a poor mesh) is left on: with it off, the 30-member container test
@@ -96,7 +101,7 @@ class Router(GossipSub):
             if small:
                 self._small.discard(message_id)
 
-    def mesh_heartbeat(self):
+    def mesh_heartbeat(self) -> tuple[dict[ID, list[str]], dict[ID, list[str]]]:
         """py-libp2p's mesh upkeep, and each peer it prunes is backed off for the PRUNE's
         ``prune_back_off``, as the pruned peer backs off from us."""
         to_graft, to_prune = super().mesh_heartbeat()
@@ -118,8 +123,9 @@ class Router(GossipSub):
 
     def _check_back_off(self, peer: ID, topic: str) -> bool:
         """Whether we back off from grafting ``peer`` in ``topic``: until ``BACKOFF_SLACK_S``
-        after its backoff ends (py-libp2p asks this before each graft of its own; a GRAFT
-        received is judged without the slack, ``handle_graft``)."""
+        after its backoff ends. py-libp2p asks this before each graft of its own, and when it
+        picks peers for IHAVE and fanout (a pruned peer goes without those for the slack too);
+        a GRAFT received is judged without the slack (``handle_graft``)."""
         until = self.back_off.get(topic, {}).get(peer)
         if until is None:
             return False

@@ -110,18 +110,19 @@ def _router(peers: list[ID], *topics: str):
 
 
 async def test_each_peer_gets_the_heartbeats_grafts_prunes_and_ihaves_meant_for_it_alone(monkeypatch) -> None:
-    """py-libp2p 0.8.1 ran its GRAFT and IHAVE lists on from one peer's control message into the
-    next: a peer was grafted in a topic we never meant to graft it in."""
+    """py-libp2p 0.8.1 ran its GRAFT, PRUNE and IHAVE lists on from one peer's control message
+    into the next: a peer was grafted or pruned in a topic never meant for it."""
     events, statuses = "swarm/test/events", "swarm/test/status/1"
-    one, two, three, four = (ID(f"peer-{i}".encode()) for i in range(4))
-    router = _router([one, two, three, four], events, statuses)
+    one, two, three, four, five = (ID(f"peer-{i}".encode()) for i in range(5))
+    router = _router([one, two, three, four, five], events, statuses)
     sent: dict[ID, list] = {}
 
     async def emit(control, peer) -> None:
         sent.setdefault(peer, []).append(control)
 
     monkeypatch.setattr(router, "emit_control_message", emit)
-    await router._emit_control_msgs({one: [events], two: [statuses]}, {three: [events], two: [events]},
+    await router._emit_control_msgs({one: [events], two: [statuses], five: [events]},
+                                    {three: [events], two: [events]},
                                     {one: {events: [b"a"]}, four: {statuses: [b"b"]}})
 
     def what(peer: ID) -> tuple:
@@ -131,6 +132,7 @@ async def test_each_peer_gets_the_heartbeats_grafts_prunes_and_ihaves_meant_for_
 
     assert what(one) == ([events], [], [(events, [b"a"])])
     assert what(two) == ([statuses], [events], [])
+    assert what(five) == ([events], [], []), "grafted after a pruned peer, and given its PRUNE"
     assert what(three) == ([], [events], [])
     assert what(four) == ([], [], [(statuses, [b"b"])])
     assert all(p.backoff == router.prune_back_off for p in sent[three][0].prune)
@@ -164,6 +166,7 @@ async def test_we_graft_a_peer_only_a_slack_after_our_backoff_ends_but_take_its_
         assert to_graft and backed_off not in to_graft
     now[0] += gossip_router.BACKOFF_SLACK_S - 1
     assert router._check_back_off(backed_off, topic)
+    assert not router._check_back_off(backed_off, topic + "/other")  # a backoff is per topic
 
     await router.handle_graft(rpc_pb2.ControlGraft(topicID=topic), backed_off)  # its backoff is over
     assert backed_off in router.mesh[topic] and not sent, "a GRAFT after the backoff ended was refused"
@@ -173,3 +176,9 @@ async def test_we_graft_a_peer_only_a_slack_after_our_backoff_ends_but_take_its_
     await router.handle_graft(rpc_pb2.ControlGraft(topicID=topic), backed_off)
     assert backed_off not in router.mesh[topic] and [peer for peer, _ in sent] == [backed_off]
     assert sent[0][1].prune
+
+    router.back_off[topic][backed_off] = int(now[0])  # ended now: we may graft it once the slack is over
+    now[0] += gossip_router.BACKOFF_SLACK_S - 1
+    assert router._check_back_off(backed_off, topic)
+    now[0] += 2
+    assert not router._check_back_off(backed_off, topic) and backed_off not in router.back_off[topic]
