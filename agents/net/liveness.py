@@ -4,40 +4,39 @@ A blackholed link (a partition, a dead machine behind a live switch) closes noth
 TCP waits, streams hang, and the peer stays "connected" for minutes. So every
 ``PING_INTERVAL`` up to ``PING_FANOUT`` connected peers are checked, those checked
 longest ago first, skipping any heard from within ``QUIET_BEFORE_PING`` (its link
-evidently delivers: gossip and sync say so most of the time, and a ping is a stream
-whose negotiation costs both ends more than the ping), each on its own task (one stuck
-check delays no other peer's): a ping on a fresh stream of our own, echoed within a
-deadline that follows what answers take on this machine now (``RoundTrips``). Not
-py-libp2p's ``PingService``, which opens streams under one lock for all peers and
-reuses a stream whose ping was cancelled, pong unread. The fan-out keeps a member's
-pings per second the same at 5 peers and at 50 (pinging every peer every interval,
+evidently delivers: gossip and sync say so most of the time), each on its own task (one
+stuck check delays no other peer's): a probe the peer's muxer must answer (the network's
+``probe``: a yamux ping frame, whose ACK is read like any frame and so heard), answered
+within a deadline that follows what answers take on this machine now (``RoundTrips``).
+Any frame heard from the peer after the probe went out answers it: it proves the link
+delivers, which is all a check asks. A yamux ping costs each end one 12-byte frame; a
+ping stream (``/ipfs/ping/1.0.0``, what this used before) cost both ends a stream
+negotiation, about a third of fifty idle members' CPU. The fan-out keeps a member's
+checks per second the same at 5 peers and at 50 (checking every peer every interval,
 thirty processes on two cores spent their time on ping streams and dropped each other);
 a silent peer among ``n`` is checked at least every ceil(n / ``PING_FANOUT``) intervals.
 
 A peer is dropped only on evidence that its link delivers nothing:
 
-* two pings in a row missed, because one can be lost to a moment's congestion, the
+* two probes in a row unanswered, because one can be lost to a moment's congestion, the
   second given twice the first's time, up to the cap (TCP's back-off: a miss is no
   sample of how long an answer takes, so the deadline grows without one); the first is
   TCP's retransmission timeout (RFC 6298: the smoothed round trip of that peer's
-  answered pings plus four times its variation), never under ``PING_TIMEOUT`` nor
-  over ``MAX_PING_TIMEOUT``. Thirty members starved on two cores answer live pings in
+  answered probes plus four times its variation), never under ``PING_TIMEOUT`` nor
+  over ``MAX_PING_TIMEOUT``. Thirty members starved on two cores answer in
   seconds; a fixed 4 s dropped live peers by the hundred, and every redial (a Noise
   handshake, identify, the pubsub hello) starved them further. Two that both fail at
   once found the connection gone or broken: it is closed and redialled, but that is no
   verdict on the peer, and is logged as such;
 * neither spanning a stall of this process (``StallWatch``): every member of a starved
-  machine stalls together and wakes with every deadline past, pongs unread;
-* and nothing else heard from the peer since the first ping began (``heard``: any frame
+  machine stalls together and wakes with every deadline past, answers unread;
+* and nothing else heard from the peer since the first probe began (``heard``: any frame
   read on its connection, which the adapter reports; a stream it opened to us, one we
-  opened to it, a gossip message it forwarded). A peer that is
-  slow to answer pings while it catches up after a stall is still talking to us; a
-  blackholed one is not.
+  opened to it, a gossip message it forwarded): heard between the two probes, it is kept.
 """
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -45,14 +44,12 @@ import trio
 
 from agents.net.base import StreamClosed
 from agents.net.stalls import StallWatch
-from agents.net.streams import reset
 
 log = structlog.get_logger("swarm.net")
 
 PING_INTERVAL = 2.0
 PING_TIMEOUT = 4.0  # the least a ping is given, and all it is given before any is answered
 MAX_PING_TIMEOUT = 30.0  # the most: a blackholed peer is dropped within 2x this of its check
-PING_BYTES = 32  # the ping protocol's payload: the peer echoes it
 PING_FANOUT = 4  # peers checked per PING_INTERVAL, whatever the cluster's size
 QUIET_BEFORE_PING = 5 * PING_INTERVAL  # a peer heard from this recently is not checked
 
@@ -82,13 +79,14 @@ class RoundTrips:
 class Liveness:
     """Run with ``nursery.start_soon(liveness.run, nursery)``; tell it ``heard(peer)``."""
 
-    def __init__(self, open_ping: Callable[[str], Awaitable], connected: Callable[[], list[str]],
+    def __init__(self, probe: Callable[[str], Awaitable[None]], connected: Callable[[], list[str]],
                  drop: Callable[[str], None]) -> None:
-        self._open_ping = open_ping
+        self._probe = probe  # sends what the peer must answer with a frame; StreamClosed when it cannot
         self._connected = connected
         self._drop = drop
         self._checking: set[str] = set()  # peers with a check running
         self._heard: dict[str, float] = {}  # peer -> trio time we last heard from it
+        self._answers: dict[str, trio.Event] = {}  # peer -> set when it is heard from: its probe's answer
         self._checked: dict[str, float] = {}  # peer -> trio time its latest check began
         self.stalls = StallWatch()
         self.round_trips: dict[str, RoundTrips] = {}  # per peer, as TCP's per connection
@@ -97,6 +95,9 @@ class Liveness:
     def heard(self, peer: str) -> None:
         """Something arrived from ``peer`` just now."""
         self._heard[peer] = trio.current_time()
+        answer = self._answers.get(peer)
+        if answer is not None:
+            answer.set()
 
     async def run(self, nursery: trio.Nursery) -> None:
         nursery.start_soon(self.stalls.run)
@@ -114,9 +115,9 @@ class Liveness:
             for peer in due[:PING_FANOUT]:
                 self._checking.add(peer)
                 self._checked[peer] = now
-                nursery.start_soon(self._check, peer, nursery)
+                nursery.start_soon(self._check, peer)
 
-    async def _check(self, peer: str, nursery: trio.Nursery) -> None:
+    async def _check(self, peer: str) -> None:
         try:
             began = trio.current_time()
             failed_at_once = 0
@@ -125,8 +126,7 @@ class Liveness:
                 started = trio.current_time()
                 trips = self.round_trips.setdefault(peer, RoundTrips())
                 deadlines.append(timeout := trips.timeout(misses))
-                if await self._ping(peer, nursery, timeout):
-                    # each ping its own stream and payload: an answer times that ping alone
+                if await self._ping(peer, timeout):
                     trips.answered(trio.current_time() - started)
                     self.heard(peer)
                     return
@@ -149,27 +149,18 @@ class Liveness:
         finally:
             self._checking.discard(peer)
 
-    async def _ping(self, peer: str, nursery: trio.Nursery, timeout: float) -> bool:
-        """One ping on a fresh stream: whether the peer echoed our bytes within ``timeout``."""
-        with trio.move_on_after(timeout):
-            try:
-                stream = await self._open_ping(peer)
-            except StreamClosed as exc:
-                log.debug("ping failed", peer=peer, error=str(exc)[:160])
-                return False
-            try:
-                payload = secrets.token_bytes(PING_BYTES)
-                await stream.write(payload)
-                echo = b""
-                while len(echo) < PING_BYTES:
-                    chunk = await stream.read(PING_BYTES - len(echo))
-                    if not chunk:
-                        break
-                    echo += chunk
-                return echo == payload
-            except Exception as exc:
-                log.debug("ping failed", peer=peer, error=repr(exc)[:120])
-                return False
-            finally:
-                nursery.start_soon(reset, stream)  # not awaited: a reset may wait on the writer
-        return False
+    async def _ping(self, peer: str, timeout: float) -> bool:
+        """One probe: whether anything was heard from ``peer`` within ``timeout`` of sending it."""
+        answer = self._answers[peer] = trio.Event()  # one check per peer runs at a time (``_checking``)
+        try:
+            with trio.move_on_after(timeout):
+                try:
+                    await self._probe(peer)
+                except StreamClosed as exc:
+                    log.debug("probe failed", peer=peer, error=str(exc)[:160])
+                    return False
+                await answer.wait()
+                return True
+            return False
+        finally:
+            del self._answers[peer]

@@ -2,7 +2,7 @@
 
 py-libp2p cleans up a failed ``new_stream`` in a shielded scope with no deadline (a reset
 that waits for the connection's writer), which would hold its caller past any deadline of
-the caller's. So every open (sync, ping, peer exchange) runs in a task of the network's own
+the caller's. So every open (sync, peer exchange) runs in a task of the network's own
 nursery, and its caller waits at most ``DIAL_TIMEOUT``; an open left behind is remembered,
 and a peer whose opens stay wedged has its connections dropped.
 """

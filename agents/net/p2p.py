@@ -13,10 +13,10 @@ py-libp2p's defaults break a swarm (see ../shared/ENVIRONMENT.md, beside the rep
 * nothing reconnects by itself: we dial bootstrap and mDNS-discovered peers, and
   peers learned from peers (``peer_exchange.py``, ``exchanging.py``, ``peer_book.py``: a bounded active
   view past ``ACTIVE_PEERS``, so one bootstrap address is enough), redial lost ones (after ``unblock_peer``, to skip the 60 s negative cache),
-  and check every connected peer's liveness (``liveness.py``: pings of our own,
-  a blackholed link is disconnected);
+  and check every connected peer's liveness (``liveness.py``: yamux pings, answered by the
+  peer's muxer; a blackholed link is disconnected);
 * ``new_stream`` is never awaited by a caller that must keep its deadline: py-libp2p
-  cleans up a failed open in a shielded scope with no deadline, so streams (sync, ping,
+  cleans up a failed open in a shielded scope with no deadline, so streams (sync,
   peer exchange) open in the network's own tasks (``opening.py``), and a peer whose open
   stays stuck has its connections dropped, its sockets severed if a polite close cannot
   get through;
@@ -37,7 +37,6 @@ from libp2p import new_host
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.custom_types import TProtocol
-from libp2p.host.ping import ID as PING_PROTOCOL
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.peer.peerstore import PeerStoreError
@@ -52,7 +51,7 @@ from agents.core.admission import Credentials
 from agents.core.identity import Identity
 from agents.logs import adopt_libp2p
 from agents.net import peer_exchange, peer_records
-from agents.net.base import StreamHandler
+from agents.net.base import StreamClosed, StreamHandler
 from agents.net.exchanging import EXCHANGE_INTERVAL, PeerExchanges
 from agents.net.gossip_router import Router
 from agents.net.liveness import Liveness
@@ -63,6 +62,7 @@ from agents.net.streams import (
     Libp2pStream,
     hear_frames,
     heard_through,
+    muxer_ping,
     sever,
 )
 from agents.net.yamux_credit import credit_half_a_window
@@ -145,7 +145,7 @@ class Libp2pNetwork:
         self._known_connected: set[str] = set()
         self._nursery: trio.Nursery | None = None  # for drops and peer-exchange asks; shared with the opener
         self._dropping: set[str] = set()
-        self.liveness = Liveness(lambda peer: self._open(peer, PING_PROTOCOL), self.connected_peers, self.drop)
+        self.liveness = Liveness(self._probe, self.connected_peers, self.drop)
         # ``drop`` looked up at each call, as before the opener was its own class (tests replace it)
         self._opener = StreamOpener(self.host, lambda peer: self.drop(peer), self.liveness.stalls.stalled_since,
                                     self.liveness.heard)
@@ -342,12 +342,24 @@ class Libp2pNetwork:
 
     def _hear_connections(self) -> None:
         """Every frame read on a connection counts as hearing from its peer (``hear_frames``):
-        a peer whose frames keep coming is never pinged, let alone dropped, however slowly a
-        starved machine answers pings. A connection is hooked within ``DIAL_INTERVAL``."""
+        a peer whose frames keep coming is never probed, let alone dropped, however slowly a
+        starved machine answers probes. A connection is hooked within ``DIAL_INTERVAL``."""
         for peer_id, connections in self.host.get_network().get_connections_map().items():
             for connection in connections:
                 if not heard_through(connection):  # the peer's id spelled out only for a new one
                     hear_frames(connection, functools.partial(self.liveness.heard, str(peer_id)))
+
+    async def _probe(self, peer: str) -> None:
+        """A liveness probe (``liveness.py``): a yamux ping on each connection to ``peer``. Its
+        muxer answers with an ACK frame, heard like any frame read (each connection is hooked
+        here if the dial loop has not done it yet). StreamClosed when none could be sent."""
+        sent = 0
+        for connection in self.host.get_network().get_connections(ID.from_base58(peer)):
+            hear_frames(connection, functools.partial(self.liveness.heard, peer))
+            with contextlib.suppress(StreamClosed):  # another connection may still carry it
+                sent += await muxer_ping(connection)
+        if not sent:
+            raise StreamClosed(f"no connection to {peer[-8:]} took a ping")
 
     async def _dial(self, info: PeerInfo) -> None:
         peer = str(info.peer_id)

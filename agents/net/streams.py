@@ -4,7 +4,9 @@ small tools that keep a caller's deadline whatever py-libp2p does underneath."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import socket
+import struct
 from collections.abc import Callable
 
 import trio
@@ -93,6 +95,32 @@ def hear_frames(connection, heard: Callable[[], None]) -> bool:
 
     secured.read = read_and_hear  # type: ignore[union-attr]
     secured._hears = True  # type: ignore[union-attr]
+    return True
+
+
+# yamux's frame header (version, type, flags, stream id, length): a ping is type 2, its
+# request flagged SYN, stream 0, the "length" an opaque value the answer (flagged ACK) echoes
+_YAMUX_HEADER = struct.Struct("!BBHII")
+_PING, _SYN = 2, 1
+_ping_values = itertools.count(1)
+
+
+async def muxer_ping(connection) -> bool:
+    """Send a yamux ping on ``connection``: the peer's muxer answers it in its read loop with
+    an ACK frame, which ``hear_frames`` notices like any frame (no stream, no negotiation).
+    False for a shape other than py-libp2p 0.8.1's SwarmConn > Yamux; StreamClosed when the
+    frame cannot be written."""
+    muxer = getattr(connection, "muxed_conn", None)
+    write = getattr(muxer, "_write_frame", None)
+    if write is None:
+        return False
+    try:
+        await write(_YAMUX_HEADER.pack(0, _PING, _SYN, 0, next(_ping_values) & 0xFFFFFFFF))
+    except Exception as exc:  # libp2p raises many unrelated types for a dead connection
+        raise StreamClosed(f"cannot ping through the muxer: {exc!r}") from None
+    # py-libp2p times its own pings (its RTT loop, every 30 s) from this, whichever ACK comes:
+    # set as its loop does, the ACK to ours gives it a true sample, not one 30 s long
+    muxer._ping_sent_time = trio.current_time()
     return True
 
 

@@ -4,6 +4,8 @@ moves time on while no task runs, as a paused process sees on waking)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import trio
 import trio.testing
 
@@ -63,33 +65,43 @@ def test_a_stall_is_seen_on_waking_before_and_after_the_watch_runs() -> None:
     trio.run(main, clock=clock)
 
 
-class Silent:
-    """A peer whose pings open and are never answered (a blackholed link)."""
+REFUSED = -1.0
 
-    async def write(self, data: bytes) -> None:
-        pass
 
-    async def read(self, n: int) -> bytes:
-        await trio.sleep_forever()
-        return b""
+class Probes:
+    """Fake probes: ``delay(peer)`` says how long the peer's answer takes to be heard (None: a
+    blackholed link, never; ``REFUSED``: the probe cannot be sent, the connection is gone)."""
 
-    async def reset(self) -> None:
-        pass
+    def __init__(self, delay: Callable[[str], float | None]) -> None:
+        self.delay = delay
+        self.liveness: Liveness | None = None
+        self.sent: list[tuple[float, str]] = []
+
+    def make(self, connected: Callable[[], list[str]], drop: Callable[[str], None]) -> Liveness:
+        self.liveness = Liveness(self.probe, connected, drop)
+        return self.liveness
+
+    async def probe(self, peer: str) -> None:
+        delay = self.delay(peer)
+        if delay == REFUSED:
+            raise StreamClosed("refused")
+        self.sent.append((trio.current_time(), peer))
+        if delay is not None:
+            await trio.sleep(delay)  # what carries the answer, and the answer's frame, take this long
+            assert self.liveness is not None
+            self.liveness.heard(peer)
 
 
 def run_checks(seconds: float, *, heard_every: float | None = None, refuse: bool = False,
-               kept: list[int] | None = None) -> list[str]:
+               probes: list[int] | None = None) -> list[str]:
     """Check one silent peer for ``seconds``; hear from it every ``heard_every`` s if given;
-    ``refuse``: its opens fail at once. The peers dropped, in order."""
+    ``refuse``: its probes fail at once. The peers dropped, in order; ``probes`` gets how many
+    probes were sent."""
     dropped: list[str] = []
-
-    async def open_ping(peer: str):
-        if refuse:
-            raise StreamClosed("refused")
-        return Silent()
+    fake = Probes(lambda peer: REFUSED if refuse else None)
 
     async def main() -> None:
-        liveness = Liveness(open_ping, lambda: ["peer"], dropped.append)
+        liveness = fake.make(lambda: ["peer"], dropped.append)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(liveness.run, nursery)
             if heard_every is not None:
@@ -99,11 +111,11 @@ def run_checks(seconds: float, *, heard_every: float | None = None, refuse: bool
                         await trio.sleep(heard_every)
                 nursery.start_soon(talk)
             await trio.sleep(seconds)
-            if kept is not None:
-                kept.append(liveness.kept)
             nursery.cancel_scope.cancel()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    if probes is not None:
+        probes.append(len(fake.sent))
     return dropped
 
 
@@ -129,24 +141,6 @@ def test_the_ping_deadline_follows_the_answers_within_its_bounds() -> None:
     assert trips.timeout() == trips.timeout(1) == MAX_PING_TIMEOUT
 
 
-class Slow:
-    """A live peer on a starved machine: it echoes every ping, ``delay`` seconds late."""
-
-    def __init__(self, delay: float) -> None:
-        self.delay, self.data = delay, b""
-
-    async def write(self, data: bytes) -> None:
-        self.data += data
-
-    async def read(self, n: int) -> bytes:
-        await trio.sleep(self.delay)
-        out, self.data = self.data[:n], self.data[n:]
-        return out
-
-    async def reset(self) -> None:
-        pass
-
-
 def test_live_peers_slower_to_answer_than_the_least_deadline_are_kept_and_a_silent_one_still_goes() -> None:
     """Eight peers that answer every ping 1.5x ``PING_TIMEOUT`` late (thirty members on two cores
     answered in seconds): a fixed deadline dropped them all, over and over. The ninth goes
@@ -155,14 +149,11 @@ def test_live_peers_slower_to_answer_than_the_least_deadline_are_kept_and_a_sile
     dropped: list[tuple[float, str]] = []
     silent_from = 120.0
 
-    async def open_ping(peer: str):
-        if peer == "silent" and trio.current_time() >= silent_from:
-            return Silent()
-        return Slow(1.5 * PING_TIMEOUT)
+    fake = Probes(lambda peer: None if peer == "silent" and trio.current_time() >= silent_from
+                  else 1.5 * PING_TIMEOUT)
 
     async def main() -> None:
-        liveness = Liveness(open_ping, lambda: [*peers, "silent"],
-                            lambda peer: dropped.append((trio.current_time(), peer)))
+        liveness = fake.make(lambda: [*peers, "silent"], lambda peer: dropped.append((trio.current_time(), peer)))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(liveness.run, nursery)
             await trio.sleep(silent_from + QUIET_BEFORE_PING + 2 * MAX_PING_TIMEOUT + 20)
@@ -180,14 +171,11 @@ def test_one_slow_peer_does_not_stretch_the_deadline_of_another() -> None:
     dropped: list[tuple[float, str]] = []
     silent_from = 90.0
 
-    async def open_ping(peer: str):
-        if peer == "slow":
-            return Slow(1.75 * PING_TIMEOUT)
-        return Silent() if trio.current_time() >= silent_from else Slow(0.01)
+    fake = Probes(lambda peer: 1.75 * PING_TIMEOUT if peer == "slow"
+                  else None if trio.current_time() >= silent_from else 0.01)
 
     async def main() -> None:
-        liveness = Liveness(open_ping, lambda: ["slow", "fast"],
-                            lambda peer: dropped.append((trio.current_time(), peer)))
+        liveness = fake.make(lambda: ["slow", "fast"], lambda peer: dropped.append((trio.current_time(), peer)))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(liveness.run, nursery)
             await trio.sleep(silent_from + QUIET_BEFORE_PING + 2 * PING_INTERVAL + 3 * PING_TIMEOUT + 1)
@@ -198,18 +186,19 @@ def test_one_slow_peer_does_not_stretch_the_deadline_of_another() -> None:
     assert [peer for _, peer in dropped] == ["fast"], dropped
 
 
-def test_a_peer_heard_from_is_kept_though_its_pings_go_unanswered() -> None:
-    """Slow to answer pings (catching up after a stall) while its gossip and streams still arrive."""
-    kept: list[int] = []
-    # quiet long enough to be pinged, heard again before the pings' deadlines: kept
-    assert run_checks(90, heard_every=QUIET_BEFORE_PING + PING_TIMEOUT, kept=kept) == []
-    assert kept[0] >= 1, "the peer was never pinged: the rule under test did not run"
+def test_a_peer_heard_from_is_kept_though_its_probes_go_unanswered() -> None:
+    """Slow to answer probes (catching up after a stall) while its gossip and streams still
+    arrive: anything heard after a probe went out answers it."""
+    probes: list[int] = []
+    # quiet long enough to be probed, heard again before the probes' deadlines: kept
+    assert run_checks(90, heard_every=QUIET_BEFORE_PING + PING_TIMEOUT, probes=probes) == []
+    assert probes[0] >= 1, "the peer was never probed: the rule under test did not run"
     # heard too seldom: no proof it is there
     assert run_checks(90, heard_every=QUIET_BEFORE_PING + 5 * PING_TIMEOUT) != []
-    # heard often enough: never pinged, so no ping was ever missed and excused
-    excused: list[int] = []
-    assert run_checks(90, heard_every=QUIET_BEFORE_PING - 1, kept=excused) == []
-    assert excused == [0], "a peer heard from within QUIET_BEFORE_PING was pinged"
+    # heard often enough: never probed
+    quiet: list[int] = []
+    assert run_checks(90, heard_every=QUIET_BEFORE_PING - 1, probes=quiet) == []
+    assert quiet == [0], "a peer heard from within QUIET_BEFORE_PING was probed"
 
 
 def test_pings_missed_across_our_own_stall_are_not_counted() -> None:
@@ -217,9 +206,8 @@ def test_pings_missed_across_our_own_stall_are_not_counted() -> None:
     dropped: list[str] = []
     opened: list[float] = []
 
-    async def open_ping(peer: str):
+    async def probe(peer: str) -> None:  # a blackholed link: sent, never answered
         opened.append(trio.current_time())
-        return Silent()
 
     async def advance(seconds: float) -> None:  # time passing with this process running
         for _ in range(round(seconds / 0.1)):
@@ -227,7 +215,7 @@ def test_pings_missed_across_our_own_stall_are_not_counted() -> None:
             await trio.testing.wait_all_tasks_blocked()
 
     async def main() -> None:
-        liveness = Liveness(open_ping, lambda: ["peer"], dropped.append)
+        liveness = Liveness(probe, lambda: ["peer"], dropped.append)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(liveness.run, nursery)
             while not opened:  # the first ping is out, unanswered
@@ -251,28 +239,10 @@ def test_a_member_checks_a_few_peers_an_interval_and_none_it_hears_from() -> Non
     ``PING_FANOUT`` pings an interval (not twenty), every quiet peer pinged within one turn,
     and the talkative one never."""
     peers = [f"peer-{i:02}" for i in range(20)]
-    pinged: list[tuple[float, str]] = []
-
-    class Echo:
-        def __init__(self) -> None:
-            self.data = b""
-
-        async def write(self, data: bytes) -> None:
-            self.data += data
-
-        async def read(self, n: int) -> bytes:
-            out, self.data = self.data[:n], self.data[n:]
-            return out
-
-        async def reset(self) -> None:
-            pass
-
-    async def open_ping(peer: str):
-        pinged.append((trio.current_time(), peer))
-        return Echo()
+    fake = Probes(lambda peer: 0.01)
 
     async def main() -> None:
-        liveness = Liveness(open_ping, lambda: peers, lambda peer: None)
+        liveness = fake.make(lambda: peers, lambda peer: None)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(liveness.run, nursery)
 
@@ -286,9 +256,9 @@ def test_a_member_checks_a_few_peers_an_interval_and_none_it_hears_from() -> Non
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     per_interval: dict[int, int] = {}
-    for at, _ in pinged:
+    for at, _ in fake.sent:
         per_interval[int(at // PING_INTERVAL)] = per_interval.get(int(at // PING_INTERVAL), 0) + 1
     assert max(per_interval.values()) <= PING_FANOUT, per_interval
     turn = -(-(len(peers) - 1) // PING_FANOUT)
-    assert {peer for at, peer in pinged if at <= (turn + 1) * PING_INTERVAL} == set(peers) - {"peer-07"}
-    assert "peer-07" not in {peer for _, peer in pinged}
+    assert {peer for at, peer in fake.sent if at <= (turn + 1) * PING_INTERVAL} == set(peers) - {"peer-07"}
+    assert "peer-07" not in {peer for _, peer in fake.sent}

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import contextlib
 
+import pytest
 import trio
 from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
-from agents.net import opening, p2p
+from agents.net import liveness, opening, p2p
 from agents.net.base import StreamClosed
 from tests.builders import identity
 
@@ -96,6 +97,67 @@ async def test_every_frame_a_peer_sends_counts_as_hearing_from_it() -> None:
         with contextlib.suppress(Exception):  # refused: the listener serves no such protocol
             await dialler.host.new_stream(ID.from_base58(listener.peer_id), [TProtocol("/nobody/1.0.0")])
         assert listener.liveness._heard.get(dialler.peer_id, float("-inf")) >= before
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_liveness_probe_is_a_yamux_ping_its_peer_answers_with_a_frame_and_no_stream() -> None:
+    """A probe is one yamux ping frame: the peer's muxer answers with an ACK, which is heard, and
+    no stream opens at either end (a ping stream cost both ends a negotiation: a third of fifty
+    idle members' CPU). Once the connection is gone, a probe fails at once, as before."""
+    listener = p2p.Libp2pNetwork(identity("listener"), "probes", listen=["/ip4/127.0.0.1/tcp/0"], mdns=False)
+    async with trio.open_nursery() as nursery:
+        dialler = await _connected_to(nursery, listener)
+        opened: list[object] = []
+        dialler.host.new_stream = lambda *args: opened.append(args)  # type: ignore[method-assign,assignment]
+        acks: list[bytes] = []
+        for connection in listener.host.get_network().get_connections(ID.from_base58(dialler.peer_id)):
+            muxer = connection.muxed_conn
+            write = muxer._write_frame
+
+            async def counted(frame: bytes, write=write) -> None:
+                if frame[1] == 0x2 and frame[2:4] == b"\0\2":  # yamux: type 2 (ping), flags ACK
+                    acks.append(frame)
+                await write(frame)
+            muxer._write_frame = counted
+        for _ in range(3):
+            dialler.liveness._heard.clear()
+            sent = trio.current_time()
+            with trio.fail_after(2):
+                assert await dialler.liveness._ping(listener.peer_id, timeout=2)
+            assert dialler.liveness._heard[listener.peer_id] >= sent
+        assert opened == [], "a probe opened a stream"
+        assert len(acks) >= 3, "the listener's muxer did not answer the probes"
+        for connection in dialler.host.get_network().get_connections(ID.from_base58(listener.peer_id)):
+            await connection.close()
+        started = trio.current_time()
+        assert not await dialler.liveness._ping(listener.peer_id, timeout=5)
+        assert trio.current_time() - started < 1, "a probe with no connection waited for its deadline"
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.slow
+async def test_a_peer_whose_link_delivers_nothing_is_dropped_after_two_unanswered_probes() -> None:
+    """A blackholed link closes nothing: here every frame the listener writes to the dialler
+    vanishes, so its muxer's answers to the dialler's probes never arrive, and nothing else
+    does either. The dialler drops it within two probes of falling quiet (the first given at
+    least ``PING_TIMEOUT``, the second twice that), and not before both are out."""
+    listener = p2p.Libp2pNetwork(identity("listener"), "blackhole", listen=["/ip4/127.0.0.1/tcp/0"], mdns=False)
+    async with trio.open_nursery() as nursery:
+        dialler = await _connected_to(nursery, listener)
+        dropped: list[tuple[float, str]] = []
+        dialler.liveness._drop = lambda peer: dropped.append((trio.current_time(), peer))
+        for connection in listener.host.get_network().get_connections(ID.from_base58(dialler.peer_id)):
+
+            async def vanish(frame: bytes) -> None:
+                pass
+            connection.muxed_conn._write_frame = vanish
+        cut = trio.current_time()
+        with trio.fail_after(liveness.QUIET_BEFORE_PING + 2 * liveness.PING_INTERVAL + 3 * liveness.MAX_PING_TIMEOUT):
+            while not dropped:
+                await trio.sleep(0.2)
+        (at, peer), = dropped
+        assert peer == listener.peer_id
+        assert at - cut >= 3 * liveness.PING_TIMEOUT, "dropped before two probes had their time"
         nursery.cancel_scope.cancel()
 
 
