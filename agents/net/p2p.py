@@ -54,6 +54,7 @@ from agents.net import peer_exchange, peer_records
 from agents.net.base import StreamClosed, StreamHandler
 from agents.net.exchanging import EXCHANGE_INTERVAL, PeerExchanges
 from agents.net.gossip_router import Router
+from agents.net.half_open import HalfOpen
 from agents.net.liveness import Liveness
 from agents.net.opening import DIAL_TIMEOUT, StreamOpener
 from agents.net.peer_book import PeerBook, listed_addresses, resolved
@@ -143,6 +144,7 @@ class Libp2pNetwork:
         self._pubsub = Pubsub(self.host, self._router, msg_id_constructor=self._message_id,
                               seen_ttl=SEEN_TTL_S, validation_cache_ttl=SEEN_TTL_S)
         self._known_connected: set[str] = set()
+        self.half_open = HalfOpen()
         self._nursery: trio.Nursery | None = None  # for drops and peer-exchange asks; shared with the opener
         self._dropping: set[str] = set()
         self.liveness = Liveness(self._probe, self.connected_peers, self.drop)
@@ -174,7 +176,8 @@ class Libp2pNetwork:
     def counters(self) -> dict[str, int]:
         return {"own_stalls": self.liveness.stalls.stalls, "liveness_kept": self.liveness.kept,
                 "peers_learned": self.exchange["learned"], "peers_refused": self.exchange["refused"],
-                "peers_forgotten": self.peers.forgotten, "peer_asks_too_soon": self.exchange["too_soon"]}
+                "peers_forgotten": self.peers.forgotten, "peer_asks_too_soon": self.exchange["too_soon"],
+                "gossip_reconnected": self.half_open.mended}
 
     @property
     def exchange(self) -> dict[str, int]:
@@ -323,6 +326,7 @@ class Libp2pNetwork:
                 self._ask_soon(peer)
             self._known_connected = connected
             now = trio.current_time()
+            self._reopen_half_open(now)
             if self.exchanges is not None:
                 self.exchanges.keep_to(connected, now)
             wanted = self.peers.to_dial(self._counted(connected), now)
@@ -339,6 +343,15 @@ class Libp2pNetwork:
                 if again is not None:
                     self._ask_soon(again)
             await trio.sleep(DIAL_INTERVAL)
+
+    def _reopen_half_open(self, now: float) -> None:
+        """Drop the connections of peers we hold a gossip stream to but whose subscriptions
+        we lost (``half_open.py``): both ends start pubsub afresh on the next connection."""
+        subscribed = {str(p) for p in self._pubsub.peer_topics.get(self.topic, ())}
+        for peer in self.half_open.due(now, [str(p) for p in self._pubsub.peers], subscribed):
+            log.info("gossip half open: its subscriptions unknown while we hold a stream to it; reconnecting",
+                     peer=peer, after_s=self.half_open.after)
+            self.drop(peer)
 
     def _hear_connections(self) -> None:
         """Every frame read on a connection counts as hearing from its peer (``hear_frames``):
