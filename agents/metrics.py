@@ -42,8 +42,9 @@ _COUNTERS = {
     "peers_refused": "peer-exchange conversations refused: no valid ticket, or a listing that breaks the rules",
     "peers_forgotten": "learned peers forgotten after failing their dials",
     "peer_asks_too_soon": "peer-exchange asks closed unanswered: the same peer had been answered under 10 s before",
-    "gossip_reconnected": "peers reconnected because we held a gossip stream to them for 10 s without knowing their "
-                          "subscriptions (py-libp2p forgets them when a stream with the peer fails)",
+    "gossip_half_open": "peers whose connections were dropped (to be redialled) because we held a gossip stream to "
+                        "them for 10 s without knowing their subscriptions (py-libp2p forgets them when a stream with "
+                        "the peer fails)",
 }
 
 

@@ -177,7 +177,7 @@ class Libp2pNetwork:
         return {"own_stalls": self.liveness.stalls.stalls, "liveness_kept": self.liveness.kept,
                 "peers_learned": self.exchange["learned"], "peers_refused": self.exchange["refused"],
                 "peers_forgotten": self.peers.forgotten, "peer_asks_too_soon": self.exchange["too_soon"],
-                "gossip_reconnected": self.half_open.mended}
+                "gossip_half_open": self.half_open.mended}
 
     @property
     def exchange(self) -> dict[str, int]:
@@ -326,7 +326,7 @@ class Libp2pNetwork:
                 self._ask_soon(peer)
             self._known_connected = connected
             now = trio.current_time()
-            self._reopen_half_open(now)
+            self._reopen_half_open(now, connected)
             if self.exchanges is not None:
                 self.exchanges.keep_to(connected, now)
             wanted = self.peers.to_dial(self._counted(connected), now)
@@ -344,11 +344,12 @@ class Libp2pNetwork:
                     self._ask_soon(again)
             await trio.sleep(DIAL_INTERVAL)
 
-    def _reopen_half_open(self, now: float) -> None:
+    def _reopen_half_open(self, now: float, connected: set[str]) -> None:
         """Drop the connections of peers we hold a gossip stream to but whose subscriptions
         we lost (``half_open.py``): both ends start pubsub afresh on the next connection."""
         subscribed = {str(p) for p in self._pubsub.peer_topics.get(self.topic, ())}
-        for peer in self.half_open.due(now, [str(p) for p in self._pubsub.peers], subscribed):
+        writable = [peer for peer in map(str, self._pubsub.peers) if peer in connected]
+        for peer in self.half_open.due(now, writable, subscribed):
             log.info("gossip half open: its subscriptions unknown while we hold a stream to it; reconnecting",
                      peer=peer, after_s=self.half_open.after)
             self.drop(peer)
