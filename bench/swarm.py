@@ -48,6 +48,7 @@ from agents.store import EventStore
 from bench.synthetic import AUTHORITY, CLUSTER, plan_log
 
 PROPAGATION_SIZES = tuple(int(n) for n in os.environ.get("BENCH_PROPAGATION", "4,8,16,32,50").split(","))
+PROPAGATION_RATE = 5.0  # probes a second at every size
 PROPAGATION_RATES = tuple(float(r) for r in os.environ.get("BENCH_PROPAGATION_RATES", "1,2").split(","))
 IDLE_SIZES = tuple(int(n) for n in os.environ.get("BENCH_IDLE", "3,9,21,30,50").split(","))
 LATE_JOIN_SIZES = tuple(int(n) for n in os.environ.get("BENCH_LATE_JOIN", "1000,10000,100000,1000000").split(","))
@@ -170,7 +171,7 @@ async def _publish(procs: list[Proc], cluster: str, count: int, rate: float,
     return sent, busy - idle
 
 
-def propagation(members: int, count: int = 40, rate: float = 5.0) -> tuple[float, float, int, int, float]:
+def propagation(members: int, count: int = 40, rate: float = PROPAGATION_RATE) -> tuple[float, float, int, int, float]:
     """p50 and p99 (ms) of the time for a probe to reach every member, probes that never did,
     deliveries sync made (gossip lost them), and members' CPU per delivery (ms)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -405,18 +406,18 @@ def main() -> None:
 
     logs.configure(level="warning")
     print("\n## networked swarm (processes on loopback)\n")
-    print("### gossip propagation to every member (40 events at 5/s, observers only)")
+    print(f"### gossip propagation to every member (40 events at {PROPAGATION_RATE:g}/s, observers only)")
     print("Every member is given every other's address and dials while it has fewer than "
           f"{ACTIVE_PEERS} connections (agents/net/peer_book.py).")
     print("CPU per delivery: the members' CPU while the probes ran, less their CPU over an idle window as "
           "long just before, divided by the (member, probe) deliveries. The largest cluster again at "
-          f"{', '.join(f'{r:g}' for r in PROPAGATION_RATES)} probes a second: at 5 a second its deliveries "
+          f"{', '.join(f'{r:g}' for r in PROPAGATION_RATES)} probes a second: at {PROPAGATION_RATE:g} a second its deliveries "
           "can ask for more CPU than the machine has.")
     print("| members | probes a second | p50 to all (ms) | p99 to all (ms) | deliveries by sync (gossip lost) "
           "| never seen by all | CPU per delivery (ms) |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
-    runs = [(members, 5.0) for members in PROPAGATION_SIZES]
-    runs += [(max(PROPAGATION_SIZES), rate) for rate in PROPAGATION_RATES if rate != 5.0]
+    runs = [(members, PROPAGATION_RATE) for members in PROPAGATION_SIZES]
+    runs += [(max(PROPAGATION_SIZES), rate) for rate in PROPAGATION_RATES if rate != PROPAGATION_RATE]
     for members, rate in runs:
         p50, p99, missing, synced, cpu_ms = propagation(members, rate=rate)
         print(f"| {members} | {rate:g} | {p50:.0f} | {p99:.0f} | {synced} of {members * 40} | {missing} "

@@ -5,8 +5,8 @@ stream to us (its hello, then its subscribe messages). When any pubsub stream wi
 fails, ``Pubsub._handle_dead_peer`` forgets all the peer's subscriptions and reopens *our*
 stream while the connection lives; the peer's stream to us, if it is still open, says its
 subscriptions again only when it is reopened itself, and the peer reopens it only when one
-of its own writes to us fails (or what we send it does not parse). So a member can hold a live stream to a peer and never learn
-again that the peer is subscribed: it then never puts the peer in a mesh, never gossips it
+of its own writes to us fails (or what we send it does not parse). So a member can hold a
+live stream to a peer and never learn again that the peer is subscribed: it then never puts the peer in a mesh, never gossips it
 an IHAVE and never forwards it anything. The peer hears from this member only through
 others, and the member's mesh has one candidate fewer. Made on real hosts by
 py-libp2p's own dead-peer path, it stays so for good (``tests/agents/test_half_open.py``).
@@ -36,7 +36,8 @@ MAX_REMEMBERED = 4096  # peers remembered as once subscribed; they come and go, 
 
 
 class HalfOpen:
-    """Which peers' pubsub relations to reopen, from what this member holds at each check.
+    """Which peers to reconnect for a half-open pubsub relation, from what this member holds
+    at each check.
     Pure: times come in as ``now``, peers as strings."""
 
     def __init__(self, after: float = HALF_OPEN_AFTER, again_after: float = MEND_AGAIN_AFTER) -> None:

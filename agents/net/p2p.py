@@ -326,7 +326,7 @@ class Libp2pNetwork:
                 self._ask_soon(peer)
             self._known_connected = connected
             now = trio.current_time()
-            self._reopen_half_open(now, connected)
+            self._drop_half_open(now, connected)
             if self.exchanges is not None:
                 self.exchanges.keep_to(connected, now)
             wanted = self.peers.to_dial(self._counted(connected), now)
@@ -344,7 +344,7 @@ class Libp2pNetwork:
                     self._ask_soon(again)
             await trio.sleep(DIAL_INTERVAL)
 
-    def _reopen_half_open(self, now: float, connected: set[str]) -> None:
+    def _drop_half_open(self, now: float, connected: set[str]) -> None:
         """Drop the connections of peers we hold a gossip stream to but whose subscriptions
         we lost (``half_open.py``): both ends start pubsub afresh on the next connection."""
         subscribed = {str(p) for p in self._pubsub.peer_topics.get(self.topic, ())}
