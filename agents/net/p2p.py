@@ -40,7 +40,6 @@ from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.peer.peerstore import PeerStoreError
-from libp2p.pubsub.pubsub import Pubsub
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
@@ -53,6 +52,7 @@ from agents.logs import adopt_libp2p
 from agents.net import peer_exchange, peer_records
 from agents.net.base import StreamClosed, StreamHandler
 from agents.net.exchanging import EXCHANGE_INTERVAL, PeerExchanges
+from agents.net.gossip_pubsub import GossipPubsub
 from agents.net.gossip_router import Router
 from agents.net.half_open import HalfOpen
 from agents.net.liveness import Liveness
@@ -141,8 +141,8 @@ class Libp2pNetwork:
         # topic (refused there) would make every receiver drop the real status as "known bad".
         # And a verdict must not outlive the seen-cache: a replay after it would skip the
         # validator and be forwarded.
-        self._pubsub = Pubsub(self.host, self._router, msg_id_constructor=self._message_id,
-                              seen_ttl=SEEN_TTL_S, validation_cache_ttl=SEEN_TTL_S)
+        self._pubsub = GossipPubsub(self.host, self._router, msg_id_constructor=self._message_id,
+                                    seen_ttl=SEEN_TTL_S, validation_cache_ttl=SEEN_TTL_S)
         self._known_connected: set[str] = set()
         self.half_open = HalfOpen()
         self._nursery: trio.Nursery | None = None  # for drops and peer-exchange asks; shared with the opener

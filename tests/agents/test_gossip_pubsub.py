@@ -1,0 +1,51 @@
+"""A pubsub stream whose negotiation fails is opened again (``agents/net/gossip_pubsub.py``).
+
+py-libp2p 0.8.1 retried only a muxer that was not ready; a failed protocol negotiation left
+the peer unregistered for good: we kept every message for it and never sent one.
+"""
+
+from __future__ import annotations
+
+import trio
+from libp2p.host.exceptions import StreamFailure
+from libp2p.peer.id import ID
+
+from agents.net import p2p
+from tests.builders import identity
+
+FAILED_NEGOTIATIONS = 3  # more than the connections a pair can make: only a retry gets past them
+
+
+async def test_gossip_flows_after_the_first_pubsub_stream_negotiations_fail() -> None:
+    listener = p2p.Libp2pNetwork(identity("listener"), "negotiation", listen=["/ip4/127.0.0.1/tcp/0"], mdns=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(listener.run)
+        dialler = p2p.Libp2pNetwork(identity("dialler"), listener.cluster, listen=["/ip4/127.0.0.1/tcp/0"],
+                                    bootstrap=[f"{listener.addresses()[0]}/p2p/{listener.peer_id}"], mdns=False)
+        opens = dialler.host.new_stream
+        failed: list[ID] = []
+
+        async def negotiation_cut(peer_id, protocol_ids):  # as when the peer's answer comes too late
+            if any("meshsub" in p for p in protocol_ids) and len(failed) < FAILED_NEGOTIATIONS:
+                failed.append(peer_id)
+                raise StreamFailure(f"failed to open a stream to peer {peer_id}")
+            return await opens(peer_id, protocol_ids)
+
+        dialler.host.new_stream = negotiation_cut
+        await nursery.start(dialler.run)
+        with trio.fail_after(30):
+            while ID.from_base58(listener.peer_id) not in dialler._pubsub.peers:
+                await trio.sleep(0.1)
+        assert len(failed) == FAILED_NEGOTIATIONS
+
+        # the dialler's gossip reaches the listener: only its own stream can carry it
+        sent = 0
+        with trio.fail_after(20):
+            while True:
+                await dialler.publish(b"probe %d" % sent)
+                sent += 1
+                with trio.move_on_after(0.5):
+                    received = await listener.gossip.receive()
+                    break
+        assert received.startswith(b"probe "), received
+        nursery.cancel_scope.cancel()
