@@ -28,8 +28,9 @@ NOISE = {
     "Failed to open TCP stream": "dial-failed",
     "Error in handle_incoming": "connection-reset",
     "GRAFT flood detected": "graft-flood",
-    # once per message kept for a subscribed peer we hold no pubsub stream to (yet): fifty
-    # members on two cores logged 23k-218k of them in a plan (``gossip_pubsub.py``)
+    # once per message past py-libp2p's 100 kept for a subscribed peer we cannot write to (no
+    # stream of ours: ``gossip_pubsub.py``; or a stream but its subscription unknown:
+    # ``half_open.py``): fifty members on two cores logged 23k-218k of them in a plan
     "pending message queue for peer": "gossip-queue-full",
 }
 
