@@ -11,19 +11,16 @@ from libp2p.host.exceptions import StreamFailure
 from libp2p.peer.id import ID
 
 from agents.net import p2p
-from tests.builders import identity
+from tests.agents.gossip_pair import heard, start_pair
 
 FAILED_NEGOTIATIONS = 3  # the pair makes one connection: past the first, only a retry tries again
 
 
 async def test_gossip_flows_after_the_first_pubsub_stream_negotiations_fail() -> None:
-    listener = p2p.Libp2pNetwork(identity("listener"), "negotiation", listen=["/ip4/127.0.0.1/tcp/0"], mdns=False)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(listener.run)
-        dialler = p2p.Libp2pNetwork(identity("dialler"), listener.cluster, listen=["/ip4/127.0.0.1/tcp/0"],
-                                    bootstrap=[f"{listener.addresses()[0]}/p2p/{listener.peer_id}"], mdns=False)
+    failed: list[ID] = []
+
+    def cut_negotiations(dialler: p2p.Libp2pNetwork) -> None:
         opens = dialler.host.new_stream
-        failed: list[ID] = []
 
         async def negotiation_cut(peer_id, protocol_ids):  # as when the peer's answer comes too late
             if any("meshsub" in p for p in protocol_ids) and len(failed) < FAILED_NEGOTIATIONS:
@@ -32,21 +29,16 @@ async def test_gossip_flows_after_the_first_pubsub_stream_negotiations_fail() ->
             return await opens(peer_id, protocol_ids)
 
         dialler.host.new_stream = negotiation_cut
-        await nursery.start(dialler.run)
+
+    async with trio.open_nursery() as nursery:
+        listener, dialler = await start_pair(nursery, "negotiation", cut_negotiations)
         with trio.fail_after(30):
             while ID.from_base58(listener.peer_id) not in dialler._pubsub.peers:
                 await trio.sleep(0.1)
         assert failed == [ID.from_base58(listener.peer_id)] * FAILED_NEGOTIATIONS
 
         # the dialler's gossip reaches the listener: only its own stream can carry it
-        sent = 0
-        with trio.fail_after(20):
-            while True:
-                await dialler.publish(b"probe %d" % sent)
-                sent += 1
-                with trio.move_on_after(0.5):
-                    received = await listener.gossip.receive()
-                    break
+        received = await heard(dialler, listener)
         assert received.startswith(b"probe "), received
         nursery.cancel_scope.cancel()
 
@@ -55,13 +47,10 @@ async def test_two_opens_for_one_peer_at_once_make_one_stream() -> None:
     """Each connection's notification starts its own open loop: side by side, the second waits
     and finds the peer registered (py-libp2p alone opened twice, and the second stream's
     registration overwrote the first's queue, leaking its sending task)."""
-    listener = p2p.Libp2pNetwork(identity("listener"), "one-open", listen=["/ip4/127.0.0.1/tcp/0"], mdns=False)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(listener.run)
-        dialler = p2p.Libp2pNetwork(identity("dialler"), listener.cluster, listen=["/ip4/127.0.0.1/tcp/0"],
-                                    bootstrap=[f"{listener.addresses()[0]}/p2p/{listener.peer_id}"], mdns=False)
+    pubsub_opens: list[ID] = []
+
+    def slow_opens(dialler: p2p.Libp2pNetwork) -> None:
         opens = dialler.host.new_stream
-        pubsub_opens: list[ID] = []
 
         async def slow_open(peer_id, protocol_ids):  # long enough for a second open to start beside it
             if any("meshsub" in p for p in protocol_ids):
@@ -70,7 +59,9 @@ async def test_two_opens_for_one_peer_at_once_make_one_stream() -> None:
             return await opens(peer_id, protocol_ids)
 
         dialler.host.new_stream = slow_open
-        await nursery.start(dialler.run)
+
+    async with trio.open_nursery() as nursery:
+        listener, dialler = await start_pair(nursery, "one-open", slow_opens)
         listener_id = ID.from_base58(listener.peer_id)
         with trio.fail_after(30):
             while not pubsub_opens:  # the connection's own open has begun

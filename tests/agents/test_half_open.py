@@ -13,7 +13,7 @@ from libp2p.peer.id import ID
 
 from agents.net import p2p
 from agents.net.half_open import HalfOpen
-from tests.builders import identity
+from tests.agents.gossip_pair import heard, start_pair
 
 
 def _known(*peers: str) -> HalfOpen:
@@ -67,12 +67,8 @@ def _knows_subscribed(network: p2p.Libp2pNetwork, peer: str) -> bool:
 
 
 async def test_gossip_reaches_a_peer_again_after_py_libp2p_forgot_its_subscriptions() -> None:
-    listener = p2p.Libp2pNetwork(identity("listener"), "half-open", listen=["/ip4/127.0.0.1/tcp/0"], mdns=False)
     async with trio.open_nursery() as nursery:
-        await nursery.start(listener.run)
-        dialler = p2p.Libp2pNetwork(identity("dialler"), listener.cluster, listen=["/ip4/127.0.0.1/tcp/0"],
-                                    bootstrap=[f"{listener.addresses()[0]}/p2p/{listener.peer_id}"], mdns=False)
-        await nursery.start(dialler.run)
+        listener, dialler = await start_pair(nursery, "half-open")
         listener_id = ID.from_base58(listener.peer_id)
         with trio.fail_after(30):
             while not (_knows_subscribed(dialler, listener.peer_id)
@@ -94,14 +90,7 @@ async def test_gossip_reaches_a_peer_again_after_py_libp2p_forgot_its_subscripti
 
         # gossip from the dialler reaches the listener again: without the reopening it never
         # does (the listener is in no mesh of the dialler's, and no other peer forwards)
-        sent = 0
-        with trio.fail_after(20):
-            while True:
-                await dialler.publish(b"probe %d" % sent)
-                sent += 1
-                with trio.move_on_after(0.5):
-                    received = await listener.gossip.receive()
-                    break
+        received = await heard(dialler, listener)
         assert received.startswith(b"probe "), received
         assert _knows_subscribed(dialler, listener.peer_id)
         assert dialler.counters()["gossip_half_open"] >= 1
