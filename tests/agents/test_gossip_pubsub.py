@@ -70,3 +70,35 @@ async def test_two_opens_for_one_peer_at_once_make_one_stream() -> None:
         assert listener_id in dialler._pubsub.peers
         assert pubsub_opens == [listener_id]
         nursery.cancel_scope.cancel()
+
+
+async def test_a_peer_that_speaks_no_pubsub_protocol_is_not_retried() -> None:
+    """Identify listed the peer's protocols and no pubsub one: a failed negotiation is final,
+    as in py-libp2p (a retry loop would knock on it every 10 s for as long as it stays)."""
+    attempts: list[ID] = []
+
+    def no_pubsub_spoken(dialler: p2p.Libp2pNetwork) -> None:
+        async def refused(peer_id, protocol_ids):
+            if any("meshsub" in p for p in protocol_ids):
+                attempts.append(peer_id)
+                # what identify records of a peer without pubsub; set with no await before the
+                # failure, so what identify itself later records cannot come between
+                dialler.host.get_peerstore().set_protocols(peer_id, ["/ipfs/ping/1.0.0"])
+                raise StreamFailure(f"failed to negotiate a protocol with peer {peer_id}")
+            return await opens(peer_id, protocol_ids)
+
+        opens = dialler.host.new_stream
+        dialler.host.new_stream = refused
+
+    async with trio.open_nursery() as nursery:
+        listener, dialler = await start_pair(nursery, "no-pubsub", no_pubsub_spoken)
+        listener_id = ID.from_base58(listener.peer_id)
+        with trio.fail_after(30):
+            while not attempts:  # the connection's own open has failed
+                await trio.sleep(0.01)
+            tried = len(attempts)
+            # a retrying open would keep trying (0.5 s, 1 s, ...) while the pair stays connected
+            await dialler._pubsub._handle_new_peer_with_retry(listener_id)
+        assert len(attempts) == tried + 1
+        assert listener_id not in dialler._pubsub.peers
+        nursery.cancel_scope.cancel()
