@@ -19,6 +19,21 @@ Measured with a diagnostic hook (not committed) in fifty ``swarm plan`` members 
 cores: a member held a pubsub stream to a median 14 of its 20 connected peers in one run,
 19 of 21 in another and with this change; whether the missing streams were such failures,
 and what the change does to a plan, is not shown (stop 36's note).
+
+And messages that wait for the same peer leave in one write. py-libp2p's per-peer sending
+loop wrote each queued RPC on its own: a protobuf frame, a noise frame, a yamux frame and a
+socket send each, and as many reads, parses and wake-ups at the other end. In a 31-member
+``swarm plan`` on two cores, 58% of the times the loop took an RPC more were waiting behind
+it (6.3 on average), 90% of them carrying only published messages, and 2.4-3.5% of pushes were
+refused by the full queue (32 RPCs), their messages lost to that peer until sync brought
+them. ``handle_sending_messages`` takes the published-only RPCs waiting at the head of the
+queue along with the first, up to ``COALESCED_BYTES``, as one RPC: a receiver handles an
+RPC's messages in order, one by one, as it would have handled them one RPC at a time.
+RPCs with subscriptions or control are never merged nor passed, so their order relative to
+everything else is kept; and the priority lane (control) still goes first. Every RPC also
+carries our signed peer record, which the receiver checks (a signature, ~72 us here): a
+batch is checked once. Measured the same way, two plans each way: 37% fewer writes, refusals
+down from 1,181-1,402 to 167-182, CPU per event 0.33-0.34 s against 0.35-0.38 s.
 """
 
 from __future__ import annotations
@@ -30,7 +45,13 @@ from libp2p.host.exceptions import StreamFailure
 from libp2p.network.exceptions import SwarmException
 from libp2p.peer.id import ID
 from libp2p.peer.peerstore import PeerStoreError
-from libp2p.pubsub.pubsub import Pubsub
+from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.pubsub import Pubsub, logger
+from libp2p.pubsub.rpc_queue import RpcQueue
+
+# the most bytes of published messages sent as one RPC: events are at most 32 KiB, so a
+# full batch is two noise frames, and a receiver's limit (1 MiB) is far away
+COALESCED_BYTES = 64 * 1024
 
 
 class GossipPubsub(Pubsub):
@@ -63,5 +84,53 @@ class GossipPubsub(Pubsub):
             return True
         return not spoken or any(protocol in spoken for protocol in self.protocols)
 
+    async def handle_sending_messages(self, peer_id: ID, stream: Any, queue: RpcQueue) -> None:
+        """py-libp2p's per-peer sending loop, writing the published-only RPCs that wait
+        together as one (``coalesce``)."""
+        try:
+            while True:
+                rpc = await queue.pop()
+                if rpc is None:  # the queue was closed: the peer is gone
+                    return
+                if not await self.write_msg(stream, coalesce(rpc, queue)):
+                    return
+        except Exception:
+            logger.debug("sending loop for %s terminated with error", peer_id)
+            self._handle_dead_peer(peer_id)
 
-__all__ = ["GossipPubsub"]
+
+def _published_only(rpc: rpc_pb2.RPC) -> bool:
+    """Messages and nothing else but the sender's signed peer record, which py-libp2p puts
+    in every RPC (the same bytes while our addresses stay the same)."""
+    return len(rpc.publish) > 0 and all(field.name in _PUBLISHED for field, _ in rpc.ListFields())
+
+
+_PUBLISHED = frozenset({"publish", "senderRecord"})
+
+
+def coalesce(rpc: rpc_pb2.RPC, queue: RpcQueue) -> rpc_pb2.RPC:
+    """``rpc`` and, when it carries only published messages, the published-only RPCs
+    queued right behind it, as one RPC of at most ``COALESCED_BYTES`` (or ``rpc`` alone when
+    it is larger). Taken from the queue's normal lane while its priority lane is empty:
+    py-libp2p 0.8.1's ``PriorityQueue`` deques (pinned; a test drives this through a real
+    queue). The queued RPCs are not changed: py-libp2p queues one RPC object for many peers."""
+    lanes = queue._queue
+    if not _published_only(rpc) or lanes._priority or not lanes._non_priority:
+        return rpc
+    size = rpc.ByteSize()
+    merged: rpc_pb2.RPC | None = None
+    while lanes._non_priority and not lanes._priority:
+        head = lanes._non_priority[0]
+        if (not _published_only(head) or head.senderRecord != rpc.senderRecord
+                or size + head.ByteSize() > COALESCED_BYTES):
+            break
+        lanes._non_priority.popleft()
+        size += head.ByteSize()
+        if merged is None:
+            merged = rpc_pb2.RPC(senderRecord=rpc.senderRecord) if rpc.HasField("senderRecord") else rpc_pb2.RPC()
+            merged.publish.extend(rpc.publish)
+        merged.publish.extend(head.publish)
+    return rpc if merged is None else merged
+
+
+__all__ = ["COALESCED_BYTES", "GossipPubsub", "coalesce"]

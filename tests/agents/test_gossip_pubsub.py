@@ -1,7 +1,9 @@
-"""A pubsub stream whose negotiation fails is opened again (``agents/net/gossip_pubsub.py``).
+"""Our pubsub (``agents/net/gossip_pubsub.py``): a pubsub stream whose negotiation fails is
+opened again, and messages waiting for one peer leave in one write.
 
 py-libp2p 0.8.1 retried only a muxer that was not ready; a failed protocol negotiation left
-the peer unregistered for good: we kept every message for it and never sent one.
+the peer unregistered for good: we kept every message for it and never sent one. And it
+wrote every queued RPC on its own, however many waited behind it.
 """
 
 from __future__ import annotations
@@ -9,8 +11,11 @@ from __future__ import annotations
 import trio
 from libp2p.host.exceptions import StreamFailure
 from libp2p.peer.id import ID
+from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.rpc_queue import RpcQueue
 
 from agents.net import p2p
+from agents.net.gossip_pubsub import COALESCED_BYTES, coalesce
 from tests.agents.gossip_pair import heard, start_pair
 
 FAILED_NEGOTIATIONS = 3  # the pair makes one connection: past the first, only a retry tries again
@@ -101,4 +106,114 @@ async def test_a_peer_that_speaks_no_pubsub_protocol_is_not_retried() -> None:
             await dialler._pubsub._handle_new_peer_with_retry(listener_id)
         assert len(attempts) == tried + 1
         assert listener_id not in dialler._pubsub.peers
+        nursery.cancel_scope.cancel()
+
+
+def _published(*payloads: bytes, record: bytes = b"our signed peer record") -> rpc_pb2.RPC:
+    rpc = rpc_pb2.RPC(senderRecord=record)
+    for payload in payloads:
+        message = rpc.publish.add()
+        message.data = payload
+        message.topicIDs.append("swarm/t/events")
+    return rpc
+
+
+def _graft() -> rpc_pb2.RPC:
+    rpc = rpc_pb2.RPC()
+    rpc.control.graft.add().topicID = "swarm/t/events"
+    return rpc
+
+
+def _payloads(rpc: rpc_pb2.RPC) -> list[bytes]:
+    return [message.data for message in rpc.publish]
+
+
+def test_published_messages_waiting_together_leave_as_one_rpc_in_their_order() -> None:
+    queue = RpcQueue()
+    first, second, third = _published(b"1"), _published(b"2", b"3"), _published(b"4")
+    for rpc in (second, third):
+        assert queue.push(rpc)
+    sent = coalesce(first, queue)
+    assert _payloads(sent) == [b"1", b"2", b"3", b"4"]
+    assert sent.senderRecord == first.senderRecord
+    assert len(queue) == 0
+    # py-libp2p queues one RPC object for many peers: none of them is changed
+    assert (_payloads(first), _payloads(second), _payloads(third)) == ([b"1"], [b"2", b"3"], [b"4"])
+
+
+def test_control_and_subscriptions_are_never_merged_nor_passed() -> None:
+    queue = RpcQueue()
+    graft, later = _graft(), _published(b"3")
+    for rpc in (_published(b"2"), graft, later):
+        assert queue.push(rpc)
+    assert _payloads(coalesce(_published(b"1"), queue)) == [b"1", b"2"]  # stops at the GRAFT
+    assert len(queue) == 2
+    # a control RPC itself goes alone, and what follows it waits its turn
+    assert coalesce(graft, RpcQueue()) is graft
+
+    subscribing = _published(b"1")
+    subscribing.subscriptions.add(subscribe=True, topicid="swarm/t/events")
+    queue = RpcQueue()
+    assert queue.push(_published(b"2"))
+    assert coalesce(subscribing, queue) is subscribing and len(queue) == 1
+
+
+def test_the_priority_lane_still_goes_first() -> None:
+    queue = RpcQueue()
+    assert queue.push(_published(b"2"))
+    assert queue.push(_graft(), priority=True)
+    assert _payloads(coalesce(_published(b"1"), queue)) == [b"1"]  # the GRAFT is popped next
+    assert len(queue) == 2
+
+
+def test_a_batch_stays_within_its_size_and_one_sender_record() -> None:
+    queue = RpcQueue()
+    big = b"x" * (COALESCED_BYTES // 3)
+    for rpc in (_published(big), _published(big), _published(big)):
+        assert queue.push(rpc)
+    sent = coalesce(_published(b"1"), queue)
+    assert len(sent.publish) == 3 and sent.ByteSize() <= COALESCED_BYTES
+    assert len(queue) == 1
+
+    queue = RpcQueue()
+    assert queue.push(_published(b"2", record=b"a newer record, our addresses changed"))
+    assert _payloads(coalesce(_published(b"1"), queue)) == [b"1"]
+
+
+BURST = 12  # fewer than py-libp2p's 32-RPC queue: none is refused
+
+
+async def test_a_burst_queued_behind_a_slow_write_reaches_the_peer_in_fewer_writes() -> None:
+    """Over real hosts: while one write is held up, the dialler publishes a burst; the burst
+    then leaves in fewer writes than messages (py-libp2p's loop: one write each) and every
+    message arrives."""
+    async with trio.open_nursery() as nursery:
+        listener, dialler = await start_pair(nursery, "coalesce")
+        await heard(dialler, listener)  # the pair's streams and meshes are up
+        pubsub = dialler._pubsub
+        writes = pubsub.write_msg
+        held, release, batches = trio.Event(), trio.Event(), []
+
+        async def counted_write(stream, rpc):
+            if rpc.publish:
+                if not held.is_set():  # the first: hold it while the burst queues behind
+                    held.set()
+                    await release.wait()
+                batches.append(_payloads(rpc))
+            return await writes(stream, rpc)
+
+        pubsub.write_msg = counted_write
+        burst = [b"burst %d" % i for i in range(BURST)]
+        with trio.fail_after(30):
+            await dialler.publish(b"held")
+            await held.wait()
+            for payload in burst:
+                await dialler.publish(payload)
+            release.set()
+            arrived = set()
+            while not set(burst) <= arrived:
+                arrived.add(await listener.gossip.receive())
+        sent = [payload for batch in batches for payload in batch]
+        assert set(burst) <= set(sent)
+        assert len(batches) < BURST, batches
         nursery.cancel_scope.cancel()
