@@ -105,13 +105,13 @@ class _Coalescing:
         return None if rpc is None else coalesce(rpc, self._queue)
 
 
+_PUBLISHED = frozenset({"publish", "senderRecord"})
+
+
 def _published_only(rpc: rpc_pb2.RPC) -> bool:
     """Messages and nothing else but the sender's signed peer record, which py-libp2p puts
     in every RPC (the same bytes while our addresses stay the same)."""
     return len(rpc.publish) > 0 and all(field.name in _PUBLISHED for field, _ in rpc.ListFields())
-
-
-_PUBLISHED = frozenset({"publish", "senderRecord"})
 
 
 def coalesce(rpc: rpc_pb2.RPC, queue: RpcQueue) -> rpc_pb2.RPC:
@@ -122,8 +122,8 @@ def coalesce(rpc: rpc_pb2.RPC, queue: RpcQueue) -> rpc_pb2.RPC:
     ``PriorityQueue`` deques (pinned; the tests drive a real queue). No queued RPC is changed
     (py-libp2p may queue one RPC object for many peers)."""
     lanes = queue._queue
-    if not _published_only(rpc) or lanes._priority:
-        return rpc
+    if lanes._priority or not lanes._non_priority or not _published_only(rpc):
+        return rpc  # nothing waits to go with it (most pops, off a burst): no field walked
     size = rpc.ByteSize()  # each head's size counts its record again: never under the truth
     merged: rpc_pb2.RPC | None = None
     while lanes._non_priority:

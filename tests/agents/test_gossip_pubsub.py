@@ -8,8 +8,6 @@ wrote every queued RPC on its own, however many waited behind it.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 import trio
 from libp2p.host.exceptions import StreamFailure
 from libp2p.peer.id import ID
@@ -18,38 +16,9 @@ from libp2p.pubsub.rpc_queue import RpcQueue
 
 from agents.net import p2p
 from agents.net.gossip_pubsub import COALESCED_BYTES, coalesce
-from tests.agents.gossip_pair import heard, start_pair
+from tests.agents.gossip_pair import heard, on_pubsub_opens, pair_once_opening, start_pair
 
 FAILED_NEGOTIATIONS = 3  # the pair makes one connection: past the first, only a retry tries again
-
-
-def on_pubsub_opens(hook: Callable[[p2p.Libp2pNetwork, ID], Awaitable[None]]
-                    ) -> Callable[[p2p.Libp2pNetwork], None]:
-    """A ``before_dialling`` that awaits ``hook(dialler, peer)`` before each pubsub stream the
-    dialler opens (the hook may sleep, or raise what a failed open raises)."""
-    def install(dialler: p2p.Libp2pNetwork) -> None:
-        opens = dialler.host.new_stream
-
-        async def hooked(peer_id, protocol_ids):
-            if any("meshsub" in p for p in protocol_ids):
-                await hook(dialler, peer_id)
-            return await opens(peer_id, protocol_ids)
-
-        dialler.host.new_stream = hooked
-
-    return install
-
-
-async def pair_once_opening(nursery: trio.Nursery, cluster: str,
-                            hook: Callable[[p2p.Libp2pNetwork, ID], Awaitable[None]],
-                            opened: list[ID]) -> tuple[p2p.Libp2pNetwork, ID]:
-    """The pair, with ``hook`` on the dialler's pubsub opens, once the connection's own open
-    has reached it (``hook`` appends to ``opened``): the dialler and the listener's id."""
-    listener, dialler = await start_pair(nursery, cluster, on_pubsub_opens(hook))
-    with trio.fail_after(30):
-        while not opened:
-            await trio.sleep(0.01)
-    return dialler, ID.from_base58(listener.peer_id)
 
 
 async def test_gossip_flows_after_the_first_pubsub_stream_negotiations_fail() -> None:
