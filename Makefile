@@ -102,9 +102,13 @@ COMPOSE = $(shell docker compose version >/dev/null 2>&1 && echo "docker compose
 # LLM=llama: the members share one batched model service (the compose `model` service) over
 # SWARM_MODEL (any GGUF file; default the packaged Qwen 0.5B). LLM_URL=http://HOST:PORT/v1:
 # the members use that OpenAI-compatible server instead and no model service starts.
+# LLM_PARALLEL: model calls each executor and decomposer runs at once (default 2 on the model
+# service, which decodes them in one batch; 1 otherwise).
 LLM_URL ?=
+LLM_PARALLEL ?=
 MODEL_PROFILE = $(if $(and $(filter llama,$(LLM)),$(if $(LLM_URL),,1)),--profile model)
 COMPOSE_ENV = MEMBER_LLM=$(if $(filter scripted,$(LLM)),scripted,openai) $(if $(LLM_URL),LLM_URL=$(LLM_URL)) \
+  LLM_PARALLEL=$(or $(LLM_PARALLEL),$(if $(MODEL_PROFILE),2,1)) \
   CLUSTER=$(CLUSTER) OUT_DIR=$(abspath $(OUT)) LAB_DIR=$(LAB_DIR) \
   SWARM_MODEL_FILE=$$(if [ -n "$(MODEL_PROFILE)" ]; then $(BIN)/swarm model | sed -n 's/^  path *//p'; else echo /dev/null; fi)
 SWARM_TIMEOUT ?= 1800

@@ -3,8 +3,9 @@
 A mixin of ``agents.member.Member`` (it shares the member's tree, clock, backend, stats
 and log), as ``agents.syncing`` is for sync. Every role but the observer and the
 client runs ``_act_loop``: ask the policy what to do given the tree and the hybrid clock, and carry
-the intents out, claims and renewals at once, model calls one at a time (on a worker
-thread when ``think_in_thread``). A member whose store lost its own newest events
+the intents out, claims and renewals at once, model calls up to ``Me.at_once`` at a time
+(the backend's ``parallel``: one, unless a batched server answers them side by side), on
+worker threads when ``think_in_thread``. A member whose store lost its own newest events
 signs nothing until a peer gives them back (``mute``), and one told to ``hold_still``
 signs nothing more.
 """
@@ -16,8 +17,10 @@ import time
 import trio
 
 from agents.core.events import ResultBody
-from agents.roles import POLICIES, THINKING, Claim, Intent, Renew
-from agents.roles.compose import compose, latency_key
+from agents.core.tree import PlanTree
+from agents.llm.base import Backend
+from agents.roles import POLICIES, THINKING, Claim, Intent, Me, Renew
+from agents.roles.compose import EventBody, compose, latency_key
 from agents.store import StoreError
 
 MUTE_WARNING_S = 30.0  # how often a member that cannot sign yet says why
@@ -32,7 +35,7 @@ class HoldingStill(RuntimeError):
 
 class MemberActing:
     """Acting for ``Member``: see the module's docstring. Its state (``still``, ``_done``,
-    ``_last_renew``, ``_model_busy``, ``_model_down_until``, ``_model_failures``, ``doing``,
+    ``_last_renew``, ``_thoughts``, ``_model_down_until``, ``_model_failures``, ``doing``,
     ``_think_in_thread``) is set by ``Member.__init__``."""
 
     def hold_still(self) -> None:
@@ -66,8 +69,8 @@ class MemberActing:
                     await self.changed.wait()
 
     async def _act_once(self, policy, nursery: trio.Nursery) -> bool:
-        """Carry out what the policy says now: start at most one model call, publish at most
-        one bookkeeping event. True when an event went out (decide again at once: the tree
+        """Carry out what the policy says now: start model calls up to ``Me.at_once`` under way,
+        publish at most one bookkeeping event. True when an event went out (decide again at once: the tree
         changed, and the tree, not a memory of ours, says what was done)."""
         if self.still:
             return False
@@ -78,8 +81,8 @@ class MemberActing:
             if intent in self._done or (model_down and isinstance(intent, (*THINKING, Claim))):
                 continue
             if isinstance(intent, THINKING):
-                if not self._model_busy:
-                    self._model_busy = True
+                if len(self._thoughts) < self.me.at_once:
+                    self._thoughts[intent] = None
                     self._done.add(intent)
                     nursery.start_soon(self._think, intent)
                 continue
@@ -125,16 +128,15 @@ class MemberActing:
             if delay > 0:
                 await trio.sleep(delay)
             self.stats.model_calls += 1
-            self.doing = (kind, key, self.now_ms())
+            self.doing = self._thoughts[intent] = (kind, key, self.now_ms())
             self._log.info("thinking", kind=kind, about=key[:10])
-            started, tokens_before = time.monotonic(), int(getattr(backend, "tokens", 0) or 0)
+            started = time.monotonic()
             if self._think_in_thread:
-                body = await trio.to_thread.run_sync(compose, intent, tree, backend, self.me)
+                body, unavailable, tokens = await trio.to_thread.run_sync(_compose_here, intent, tree, backend, self.me)
             else:
-                body = compose(intent, tree, backend, self.me)
+                body, unavailable, tokens = _compose_here(intent, tree, backend, self.me)
             seconds = time.monotonic() - started
-            self._note_model_reach(getattr(backend, "unavailable", None))
-            tokens = int(getattr(backend, "tokens", 0) or 0) - tokens_before  # calls run one at a time
+            self._note_model_reach(unavailable)
             self._log.info("thought", kind=kind, about=key[:10], seconds=round(seconds, 2), tokens=tokens,
                            outcome="failed" if body is None else body.kind)
             if self.metrics is not None:
@@ -156,6 +158,17 @@ class MemberActing:
                 except HoldingStill:
                     pass
         finally:
-            self._model_busy = False
-            self.doing = None
+            self._thoughts.pop(intent, None)
+            # the status channel shows one thought: the oldest still under way, if any
+            self.doing = min((t for t in self._thoughts.values() if t is not None), key=lambda t: t[2], default=None)
             self.changed.set()
+
+
+def _compose_here(intent: Intent, tree: PlanTree, backend: Backend, me: Me) -> tuple[EventBody | None, str | None, int]:
+    """``compose`` on the calling thread, with what this call alone saw: whether the model could
+    be reached (None: it was) and the tokens it drew (other calls may run beside it on other threads)."""
+    tokens_here = getattr(backend, "tokens_here", None)
+    before = tokens_here() if tokens_here is not None else int(getattr(backend, "tokens", 0) or 0)
+    body = compose(intent, tree, backend, me)
+    after = tokens_here() if tokens_here is not None else int(getattr(backend, "tokens", 0) or 0)
+    return body, getattr(backend, "unavailable", None), after - before

@@ -44,7 +44,7 @@ from agents.metrics import MemberMetrics, Snapshot
 from agents.net.base import Network
 from agents.ownfeed import OwnFeed
 from agents.pull_claims import PullClaims
-from agents.roles import Intent, Me
+from agents.roles import Intent, Me, calls_at_once
 from agents.store import EventStore, StoreError
 from agents.syncing import MemberSync
 
@@ -141,7 +141,8 @@ class Member(MemberSync, MemberActing):
         self.metrics: MemberMetrics | None = None  # set by ``swarm agent --metrics``
         self.author = (Author(identity, role, self.clock, credentials.ticket.sig)  # type: ignore[arg-type]
                        if role != "observer" else None)
-        self.me = Me(identity.peer_id, role, strategy)  # type: ignore[arg-type]
+        self.me = Me(identity.peer_id, role, strategy,  # type: ignore[arg-type]
+                     at_once=calls_at_once(role, int(getattr(backend, "parallel", 1) or 1)))
         self.index = EventIndex(store.events())
         self._heap = Settler()
         self._heap.held(len(self.index))
@@ -178,7 +179,7 @@ class Member(MemberSync, MemberActing):
         self._pull_wanted: set[str] = set()  # peers whose status says they hold more: pulled next
         self._asked_pull: dict[str, float] = {}  # peer -> trio time its status last asked for a pull
         self.news_at = float("-inf")  # trio time this member last stored an event new to it
-        self._model_busy = False
+        self._thoughts: dict[Intent, tuple[str, str, int] | None] = {}  # model calls under way: what, since when
         self._model_down_until = 0.0  # trio time before which no model work starts (it was unreachable)
         self._model_failures = 0  # calls in a row that could not reach the model
         self._done: set[Intent] = set()

@@ -10,10 +10,11 @@
    room for.
    (llama.cpp's own ``llama-batched-bench`` is not built here: it needs the 22-minute
    server build this service exists to avoid.)
-2. **The swarm** (about five minutes; ``BENCH_MODEL_PLAN=0`` skips it): ``swarm plan`` wall
+2. **The swarm** (about seven minutes; ``BENCH_MODEL_PLAN=0`` skips it): ``swarm plan`` wall
    time and the whole swarm's memory (the sum of every process's PSS, so the model
    file mapped by many processes counts once), with the shared service against one
-   model per member.
+   model per member, and the shared service with each member making one call at a
+   time (``--llm-parallel 1``) against the default (executors and decomposers two).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 import httpx
 
 from agents.cli.plan import start_model_service, swarm_command
+from agents.llm import SHARED_PARALLEL
 from agents.llm.prompted import SPLIT_SCHEMA, SYSTEM
 
 GOALS = ("Plan a two-week trip to Japan", "Ship version 2.0 of an open-source library",
@@ -133,12 +135,15 @@ def _pss_mb(pids: list[int]) -> float:
     return total_kb / 1024
 
 
-def plan_run(shared: bool) -> tuple[float, float, str, dict]:
-    """(wall seconds, peak PSS of the whole swarm in MB, outcome, model usage) of one ``swarm plan``."""
+def plan_run(shared: bool, parallel: int | None = None) -> tuple[float, float, str, dict]:
+    """(wall seconds, peak PSS of the whole swarm in MB, outcome, model usage) of one ``swarm plan``
+    (``parallel``: its ``--llm-parallel``, else the plan's default)."""
     with tempfile.TemporaryDirectory() as out:
         command = [*swarm_command(), "plan", GOALS[0], "--out", out, "--timeout", "600"]
         if not shared:
             command.append("--model-per-member")
+        if parallel is not None:
+            command += ["--llm-parallel", str(parallel)]
         started = time.perf_counter()
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         peak = [0.0]
@@ -166,15 +171,20 @@ def swarm_plans() -> None:
           "(MB) | outcome |")
     print("|---|---:|---:|---:|---:|---:|---|")
     rows = {}
-    for shared in (False, True):
-        wall, pss, outcome, usage = plan_run(shared)
+    for name, shared, parallel in (("one per member", False, None),
+                                   ("one shared service, one call at a time per member", True, 1),
+                                   (f"one shared service, {SHARED_PARALLEL} calls at a time (the default)", True, None)):
+        wall, pss, outcome, usage = plan_run(shared, parallel)
         tokens = int(usage.get("tokens", 0))
-        rows[shared] = (wall, tokens / wall, pss)
-        print(f"| {'one shared service' if shared else 'one per member'} | {wall:.0f} | {usage.get('calls', '?')} "
-              f"| {tokens} | {tokens / wall:.1f} | {pss:,.0f} | {outcome} |", flush=True)
-    # the two plans are not the same text (sampling differs), so tokens/s compares the work, wall the wait
-    print(f"\nshared / per member: wall time {rows[True][0] / rows[False][0]:.2f}, swarm tokens/s "
-          f"{rows[True][1] / rows[False][1]:.2f}, memory {rows[True][2] / rows[False][2]:.2f}")
+        rows[name] = (wall, tokens / wall, pss)
+        print(f"| {name} | {wall:.0f} | {usage.get('calls', '?')} | {tokens} | {tokens / wall:.1f} | {pss:,.0f} "
+              f"| {outcome} |", flush=True)
+    # the plans are not the same text (sampling differs), so tokens/s compares the work, wall the wait
+    (alone, *_), (one_call, *_), (shared, shared_rate, shared_pss) = rows.values()
+    per_member = rows["one per member"]
+    print(f"\nshared / per member: wall time {shared / alone:.2f}, swarm tokens/s {shared_rate / per_member[1]:.2f}, "
+          f"memory {shared_pss / per_member[2]:.2f}; {SHARED_PARALLEL} calls at a time / one: wall time "
+          f"{shared / one_call:.2f} (one plan each: a draft rejected or not moves a plan by tens of seconds)")
 
 
 def main() -> None:

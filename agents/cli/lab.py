@@ -43,7 +43,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         raise UsageError(f"quorum {args.quorum} can never be reached by {scorers} scorer(s); "
                          "lower --quorum or add scorers in --members")
     base = SimConfig(seed=0, decomposers=decomposers, scorers=scorers, executors=executors,
-                     observers=args.observers, quorum=args.quorum, faults=faults)
+                     observers=args.observers, quorum=args.quorum, faults=faults, parallel=args.parallel)
     started = time.perf_counter()
     if args.seed is not None:
         quiet_logs()
@@ -98,6 +98,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--quorum", type=_positive, default=2)
     sim.add_argument("--faults", default="all",
                      help=f"comma list of {', '.join(FAULT_KINDS)}; or all (default) or none")
+    sim.add_argument("--parallel", type=int, default=1, choices=range(1, 9), metavar="N",
+                     help="model calls each member may have under way at once, 1 to 8 (default 1; an executor "
+                          "then works on N leaves together, as with a batched model service)")
     sim.add_argument("--report", metavar="DIR", help="write report.json, report.md and failing traces here")
     sim.add_argument("--jobs", type=_positive, help="worker processes (default: one per CPU)")
     sim.set_defaults(run=cmd_sim)

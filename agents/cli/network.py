@@ -28,6 +28,7 @@ from agents.member import Member
 from agents.metrics import MemberMetrics, parse_address
 
 log = structlog.get_logger("swarm.cli")
+MAX_PARALLEL = 8  # the model service's default number of slots
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
@@ -40,9 +41,13 @@ def cmd_agent(args: argparse.Namespace) -> int:
     backend = None
     if creds.role != "observer":
         try:
+            if args.llm_parallel is not None and args.llm == "llama":
+                raise CommandError("--llm-parallel is for a server that batches calls (--llm openai, e.g. 'swarm "
+                                   "model-service'); --llm llama's one model in this process answers one call at "
+                                   "a time: leave --llm-parallel out")
             backend = llm.create(args.llm, seed=int(identity.public_key[:4].hex(), 16), latency=args.llm_latency,
                                  model=args.model, threads=args.llm_threads, timeout=args.llm_timeout,
-                                 url=args.llm_url)
+                                 url=args.llm_url, parallel=args.llm_parallel or 1)
         except llm.LLMError as exc:
             raise CommandError(str(exc)) from None
     network = network_for(creds, args)
@@ -175,6 +180,11 @@ def add_llm_options(parser: argparse.ArgumentParser, latency_default: float) -> 
     parser.add_argument("--llm-threads", type=int, default=1,
                         help="llama: CPU threads per member (keep members x threads <= cores)")
     parser.add_argument("--llm-timeout", type=float, default=120.0, help="seconds a model call may take")
+    parser.add_argument("--llm-parallel", type=int, metavar="N", choices=range(1, MAX_PARALLEL + 1),
+                        help=f"openai, scripted: model calls a member runs at once, 1 to {MAX_PARALLEL} (default 1; an "
+                             "executor then works on N leaves together). More than 1 pays only with a server that "
+                             "batches calls, such as 'swarm model-service'; 'swarm plan' gives its own service's "
+                             "members 2")
     parser.add_argument("--llm-latency", type=float, default=latency_default,
                         help="scripted: mean seconds per call")
 

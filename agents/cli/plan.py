@@ -33,6 +33,7 @@ from pathlib import Path
 from agents.cli.errors import CommandError
 from agents.clusterdir import ClusterDir
 from agents.core.fold import fold
+from agents.llm import SHARED_PARALLEL
 from agents.llm.scripted import STRATEGIES
 from agents.store import EventStore, StoreError
 
@@ -186,6 +187,9 @@ def provision(members_dir: Path, cluster: str, roles: list[tuple[str, int]]) -> 
 def cmd_plan(args: argparse.Namespace) -> int:
     quorum = args.quorum or args.scorers // 2 + 1
     check_quorum(quorum, args.scorers)
+    if args.llm_parallel is not None and args.llm == "llama" and args.model_per_member:
+        raise CommandError("--llm-parallel is for members that share a server that batches calls; with "
+                           "--model-per-member each member's own model answers one call at a time")
     out = Path(args.out)
     members_dir = out / "members"
     if members_dir.exists():
@@ -201,14 +205,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     admin, procs = provision(members_dir, args.cluster, roles)
     llm_extra = ("--llm-threads", str(args.llm_threads), "--llm-timeout", str(args.llm_timeout),
                  *(("--model", args.model) if args.model else ()),
-                 *(("--llm-url", args.llm_url) if args.llm_url else ()))
+                 *(("--llm-url", args.llm_url) if args.llm_url else ()),
+                 *(("--llm-parallel", str(args.llm_parallel)) if args.llm_parallel else ()))
     service = None
     if args.llm == "llama":
         preflight_model(args.model)
         if not args.model_per_member:
             service = start_model_service(members_dir / "model-service.log", args.model, threads=os.cpu_count() or 2,
                                           timeout=args.llm_timeout)
-            llm_extra = ("--llm-url", service.url, "--llm-timeout", str(args.llm_timeout))
+            llm_extra = ("--llm-url", service.url, "--llm-timeout", str(args.llm_timeout),
+                         "--llm-parallel", str(args.llm_parallel or SHARED_PARALLEL))
             print(f"model service ready at {service.url}, shared by every member", flush=True)
     llm = "openai" if service is not None else args.llm
     started = time.monotonic()

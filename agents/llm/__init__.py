@@ -21,6 +21,9 @@ from agents.llm.base import (
 )
 
 _FACTORIES: dict[str, Callable[..., Backend]] = {}
+# Model calls each executor and decomposer runs at once on a shared, batched service (``swarm
+# model-service``): an executor then works on two leaves together, decoded in one batch.
+SHARED_PARALLEL = 2
 
 
 class UnknownBackendError(LLMError):
@@ -46,14 +49,14 @@ def create(name: str, **options: Any) -> Backend:
     return factory(**options)
 
 
-# Factories take the same keyword options (seed, latency, model, threads, timeout) and use
+# Factories take the same keyword options (seed, latency, model, threads, timeout, url, parallel) and use
 # the ones that mean something to them: the CLI need not know which backend wants what.
 
 
-def _scripted(seed: int = 0, latency: float = 0.0, **_unused: object) -> Backend:
+def _scripted(seed: int = 0, latency: float = 0.0, parallel: int = 1, **_unused: object) -> Backend:
     from agents.llm.scripted import ScriptedBackend
 
-    return ScriptedBackend(seed=seed, latency=latency)
+    return ScriptedBackend(seed=seed, latency=latency, parallel=parallel)
 
 
 def _llama(seed: int = 0, model: str | None = None, threads: int = 1, timeout: float = 120.0,
@@ -64,10 +67,10 @@ def _llama(seed: int = 0, model: str | None = None, threads: int = 1, timeout: f
 
 
 def _openai(url: str | None = None, model: str | None = None, timeout: float = 120.0, seed: int = 0,
-            **_unused: object) -> Backend:
+            parallel: int = 1, **_unused: object) -> Backend:
     from agents.llm.openai_compat import OpenAIBackend
 
-    return OpenAIBackend(url=url, model=model, timeout_s=timeout, seed=seed)
+    return OpenAIBackend(url=url, model=model, timeout_s=timeout, seed=seed, parallel=parallel)
 
 
 register("scripted", _scripted)

@@ -77,9 +77,7 @@ class LlamaBackend(PromptedBackend):
                 finish = choice.get("finish_reason") or finish
                 if time.monotonic() > deadline:
                     raise LLMError(f"the model took longer than {self.timeout_s:g} s")
-        self.calls += 1
-        self.seconds += time.monotonic() - started
-        self.tokens += len(self._llama.tokenize("".join(text).encode(), add_bos=False))
+        self._used(len(self._llama.tokenize("".join(text).encode(), add_bos=False)), time.monotonic() - started)
         if finish != "stop" and not (allow_cut and finish == "length"):
             raise LLMError(f"the answer was cut off (finish_reason {finish!r})")
         return trim_cut("".join(text)) if finish == "length" else "".join(text)

@@ -27,8 +27,9 @@ class OpenAIBackend(PromptedBackend):
     name = "openai"
 
     def __init__(self, url: str | None, model: str | None = None, timeout_s: float = 120.0,
-                 retries: int = 2, seed: int = 0) -> None:
+                 retries: int = 2, seed: int = 0, parallel: int = 1) -> None:
         super().__init__()
+        self.parallel = parallel  # calls a member sends at once: worth more than 1 only if the server batches
         if not url:
             raise LLMError("--llm openai needs --llm-url, the API base of an OpenAI-compatible server "
                            "(e.g. http://127.0.0.1:8080/v1)")
@@ -76,11 +77,9 @@ class OpenAIBackend(PromptedBackend):
             served_by = response.json().get("model")
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise LLMError(f"the model server's answer is not an OpenAI chat completion: {exc!r}") from None
-        self.calls += 1
-        self.seconds += time.monotonic() - started
+        self._used(int(usage.get("completion_tokens") or 0), time.monotonic() - started)
         if not self._named and isinstance(served_by, str) and served_by:
             self.model = served_by[:100]  # recorded in events and plan.json: which model answered
-        self.tokens += int(usage.get("completion_tokens") or 0)
         if finish != "stop" and not (allow_cut and finish == "length"):
             raise LLMError(f"the answer was cut off (finish_reason {finish!r})")
         return trim_cut(text) if finish == "length" else text

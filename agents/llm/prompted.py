@@ -9,6 +9,7 @@ combines the model's rubric with the deterministic checks of ``checks.py``.
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 from agents.llm.base import (
@@ -77,23 +78,51 @@ class PromptedBackend:
     name = "prompted"
     model = ""
     retries = 2
+    parallel = 1  # calls a member may have under way at once (more only where the server batches them)
 
     def __init__(self) -> None:
+        # A member may ask from several threads at once (``parallel``): the totals are kept under a
+        # lock, and what one call saw (reached or not, tokens drawn) per thread, for the thread to read.
         self.calls = 0
         self.tokens = 0
         self.seconds = 0.0
-        self.unavailable: str | None = None  # why the last call could not reach the model at all
         self.vague_retries = 0  # leaf answers asked again because they were vague or off target
         self.vague_answers = 0  # leaf answers that stayed vague after the last try
+        self._totals = threading.Lock()
+        self._here = threading.local()
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why this thread's last call could not reach the model at all (None: it was reached)."""
+        return getattr(self._here, "unavailable", None)
+
+    def tokens_here(self) -> int:
+        """Tokens drawn so far by calls made on this thread."""
+        return getattr(self._here, "tokens", 0)
+
+    def _used(self, tokens: int, seconds: float) -> None:
+        """Count one answered call."""
+        with self._totals:
+            self.calls += 1
+            self.tokens += tokens
+            self.seconds += seconds
+        self._here.tokens = self.tokens_here() + tokens
+
+    def _count_vague(self, retried: bool) -> None:
+        with self._totals:
+            if retried:
+                self.vague_retries += 1
+            else:
+                self.vague_answers += 1
 
     def _call(self, messages: list[dict[str, str]], schema: dict[str, Any] | None, max_tokens: int,
               allow_cut: bool = False) -> str:
         """``_generate``, remembering whether the model could be reached (``unavailable``)."""
-        self.unavailable = None  # reached unless this call says otherwise (a bad answer is still an answer)
+        self._here.unavailable = None  # reached unless this call says otherwise (a bad answer is still an answer)
         try:
             return self._generate(messages, schema, max_tokens, allow_cut)
         except ModelUnavailable as exc:
-            self.unavailable = str(exc)
+            self._here.unavailable = str(exc)
             raise
 
     def latency_s(self, kind: str, key: str) -> float:
@@ -209,11 +238,11 @@ class PromptedBackend:
             if asked_again:
                 break
             asked_again = True
-            self.vague_retries += 1
+            self._count_vague(retried=True)
             messages = [*messages[:2], {"role": "assistant", "content": answer},
                         {"role": "user", "content": f"That answer is not usable: {problem}. Answer your part "
                                                     "again, with concrete names, figures or steps."}]
         if answer:
-            self.vague_answers += 1
+            self._count_vague(retried=False)
             return answer
         raise LLMError(f"no usable answer after {self.retries + 1} tries: {problem}")

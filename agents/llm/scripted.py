@@ -52,14 +52,16 @@ def _rng(*parts: object) -> random.Random:
 
 
 class ScriptedBackend:
-    """The deterministic stand-in. ``latency`` is the mean seconds per call it reports."""
+    """The deterministic stand-in. ``latency`` is the mean seconds per call it reports;
+    ``parallel`` the calls a member may wait on at once (a batched server, stood in for)."""
 
     name = "scripted"
     model = "scripted-v1"
 
-    def __init__(self, seed: int = 0, latency: float = 0.0, strictness: int | None = None) -> None:
+    def __init__(self, seed: int = 0, latency: float = 0.0, strictness: int | None = None, parallel: int = 1) -> None:
         self.seed = seed
         self.latency = latency
+        self.parallel = parallel
         # Minimum total score (3..15) this scorer approves; drawn from the seed unless given.
         self.strictness = strictness if strictness is not None else 8 + _rng("strict", seed).randrange(3)
 

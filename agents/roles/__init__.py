@@ -28,6 +28,15 @@ from agents.roles.intents import (
 
 Policy = Callable[[PlanTree, Me, int], list[Intent]]
 
+
+def calls_at_once(role: str, parallel: int) -> int:
+    """How many model calls a member of ``role`` runs together when its backend answers up to
+    ``parallel`` side by side (``Me.at_once``). Executors and decomposers use them all: every leaf
+    and every split is needed, so what the batch adds to throughput is time saved. Scorers
+    vote one draft at a time: their votes race to a node's first quorum, and on a batched
+    model two votes together each finish later than one alone."""
+    return max(1, parallel) if role in ("executor", "decomposer") else 1
+
 POLICIES: dict[str, Policy] = {
     "decomposer": decomposer.decide,
     "scorer": scorer.decide,
@@ -35,5 +44,20 @@ POLICIES: dict[str, Policy] = {
     "observer": observer.decide,
 }
 
-__all__ = ["POLICIES", "THINKING", "Ack", "Ballot", "Candidate", "Claim", "Execute", "Intent", "Me",
-           "Policy", "Promise", "Propose", "Renew", "Vote"]
+__all__ = [
+    "POLICIES",
+    "THINKING",
+    "Ack",
+    "Ballot",
+    "Candidate",
+    "Claim",
+    "Execute",
+    "Intent",
+    "Me",
+    "Policy",
+    "Promise",
+    "Propose",
+    "Renew",
+    "Vote",
+    "calls_at_once",
+]

@@ -1,4 +1,4 @@
-"""Executor: hold at most one leaf at a time; claim free leaves; run them once granted.
+"""Executor: work on at most ``Me.at_once`` leaves at a time; claim free leaves; run them once granted.
 
 A claim names an epoch: one more than any epoch seen on the leaf. It is
 granted when a quorum of the roster's scorers acks it (PROTOCOL.md, section 6),
@@ -53,6 +53,7 @@ def _yield_after_split(tree: PlanTree, leaf, me: Me, now_ms: int) -> bool:
 def decide(tree: PlanTree, me: Me, now_ms: int) -> list[Intent]:
     intents: list[Intent] = []
     leaves = [leaf for leaf in tree.leaves() if leaf.status != "done"]
+    working = 0  # leaves we hold and have not answered yet
     for leaf in leaves:
         if leaf.status != "claimed" or leaf.executor != me.peer_id or leaf.holder_failed:
             continue
@@ -60,18 +61,19 @@ def decide(tree: PlanTree, me: Me, now_ms: int) -> list[Intent]:
         assert leaf.claim is not None
         if not any(r.claim == leaf.claim and r.executor == me.peer_id for r in tree.results.values()):
             intents.append(Execute(leaf.id, leaf.claim))
+            working += 1
         if leaf.heartbeat is not None and now_ms >= leaf.heartbeat.ms + lease * RENEW_AT_FRACTION:
             intents.append(Renew(leaf.claim))
-    if intents:
+    waiting = {leaf.id for leaf in leaves  # claims of ours still waiting for their grant
+               if any(c.executor == me.peer_id and not c.granted and c.epoch > leaf.epoch
+                      and now_ms - c.at.ms < tree.goal_of(leaf).claim_lease_ms for c in tree.claims_on(leaf.id))}
+    if waiting or working >= me.at_once or any(isinstance(i, Renew) for i in intents):
+        # one claim in flight at a time (the next one then sees the others' claims made meanwhile),
+        # and a renewal due goes out before any new claim
         return intents
-    for leaf in leaves:  # a claim of ours still waiting for its grant
-        lease = tree.goal_of(leaf).claim_lease_ms
-        if any(c.executor == me.peer_id and not c.granted and c.epoch > leaf.epoch and now_ms - c.at.ms < lease
-               for c in tree.claims_on(leaf.id)):
-            return []
     free = []
     for leaf in leaves:
-        if not holder_gone(tree, leaf, now_ms) or being_taken(tree, leaf, now_ms, but=me.peer_id):
+        if leaf.id in waiting or not holder_gone(tree, leaf, now_ms) or being_taken(tree, leaf, now_ms, but=me.peer_id):
             continue
         lease = tree.goal_of(leaf).claim_lease_ms
         if (leaf.executor == me.peer_id and leaf.holder_failed and leaf.heartbeat is not None
@@ -81,9 +83,9 @@ def decide(tree: PlanTree, me: Me, now_ms: int) -> list[Intent]:
             continue
         free.append(leaf)
     if not free:
-        return []
+        return intents
     leaf = min(free, key=lambda node: _preference(me, node.id))
-    return [Claim(leaf.id, next_epoch(tree, leaf, me))]
+    return [*intents, Claim(leaf.id, next_epoch(tree, leaf, me))]
 
 
 def next_epoch(tree: PlanTree, leaf, me: Me) -> int:

@@ -13,11 +13,14 @@ from agents.core.events import Role
 
 @dataclass(frozen=True)
 class Me:
-    """The member a policy decides for. ``strategy`` is a decomposer's preferred way to split."""
+    """The member a policy decides for. ``strategy`` is a decomposer's preferred way to split;
+    ``at_once`` how many model calls it may have under way together
+    (``agents.roles.calls_at_once``), and so how many leaves an executor works on at once."""
 
     peer_id: str
     role: Role
     strategy: str = "activity"
+    at_once: int = 1
 
 
 @dataclass(frozen=True)

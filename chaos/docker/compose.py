@@ -31,8 +31,10 @@ HEADER = """\
 # service, profile "model": swarm model-service over the GGUF file SWARM_MODEL_FILE on the
 # host, mounted read-only), at MEMBER_LLM=openai LLM_URL=http://model:8090/v1. LLM_URL=URL
 # points them at any other OpenAI-compatible server instead (the Makefile then leaves the
-# model service out). LLM=scripted: the deterministic stand-in. CLUSTER names the gossip
-# topic (and must match the tickets).
+# model service out). LLM=scripted: the deterministic stand-in. LLM_PARALLEL: the model
+# calls each executor and decomposer runs at once (the Makefile gives 2 with the model
+# service, which batches them; else 1). CLUSTER names the gossip topic (and must match the
+# tickets).
 #
 # Written by chaos/docker/compose.py for the shape {shape}; `make swarm DECOMPOSERS=n
 # SCORERS=n EXECUTORS=n OBSERVERS=n` writes the same for another shape under LAB_DIR.
@@ -52,8 +54,8 @@ AGENT = """\
   {name}:
     <<: *member
     command: agent --role {role} --data-dir /data --cluster ${{CLUSTER:-lab}} --llm ${{MEMBER_LLM:-openai}} \
---llm-url ${{LLM_URL:-http://model:8090/v1}} --llm-latency ${{LLM_LATENCY:-0.5}} --listen /ip4/0.0.0.0/tcp/4001 \
---metrics 0.0.0.0:9100{extra}
+--llm-url ${{LLM_URL:-http://model:8090/v1}} --llm-latency ${{LLM_LATENCY:-0.5}} --llm-parallel ${{LLM_PARALLEL:-1}} \
+--listen /ip4/0.0.0.0/tcp/4001 --metrics 0.0.0.0:9100{extra}
     volumes: ["${{LAB_DIR:-./out/lab}}/members/{name}:/data"]
 """
 

@@ -56,7 +56,7 @@ AGENT = """\
     <<: *member
     command: agent --role {role} --data-dir /data --cluster ${{CLUSTER:-lab}} --llm ${{MEMBER_LLM:-openai}} \
 --llm-url ${{LLM_URL:-http://host.docker.internal:8090/v1}} --llm-latency ${{LLM_LATENCY:-0.5}} \
---listen /ip4/0.0.0.0/tcp/4001 --no-mdns --metrics 0.0.0.0:9100{extra}
+--llm-parallel ${{LLM_PARALLEL:-1}} --listen /ip4/0.0.0.0/tcp/4001 --no-mdns --metrics 0.0.0.0:9100{extra}
     volumes: ["${{LAB_DIR:-./out/lab}}/members/{name}:/data"]
 """
 

@@ -40,6 +40,7 @@ from testcontainers.core.network import Network
 from testcontainers.core.waiting_utils import WaitStrategy
 
 from agents.clusterdir import ClusterDir
+from agents.llm import SHARED_PARALLEL
 
 # Ryuk's image (testcontainers/ryuk) cannot be pulled here; cleanup is by our labels. Our
 # image is local: no registry prefix may be put before its name.
@@ -218,7 +219,8 @@ class LabCluster:
         data_dir = self.root / "members" / spec.name
         peer_id = self.admin.admit_dir(data_dir, spec.role, spec.name).peer
         # with the real model, members think through the run's one model service, as `make swarm`'s do
-        llm = (["--llm", "openai", "--llm-url", f"http://model:{MODEL_PORT}/v1"] if self.llm == "llama"
+        llm = (["--llm", "openai", "--llm-url", f"http://model:{MODEL_PORT}/v1", "--llm-parallel", str(SHARED_PARALLEL)]
+               if self.llm == "llama"
                else ["--llm", self.llm, "--llm-latency", str(self.llm_latency)])
         command = ["agent", "--role", spec.role, "--data-dir", "/data", "--cluster", self.cluster,
                    "--listen", f"/ip4/0.0.0.0/tcp/{PORT}", *llm]

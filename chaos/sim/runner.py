@@ -121,6 +121,7 @@ def report(base: SimConfig, outcomes: list[SeedOutcome], seconds: float) -> dict
         "members": f"{base.decomposers}/{base.scorers}/{base.executors}",
         "observers": base.observers,
         "quorum": base.quorum,
+        "parallel": base.parallel,
         "faults": sorted(base.faults),
         "completed": sum(o.completed for o in outcomes),
         "converged": sum(o.converged for o in outcomes),
@@ -141,7 +142,14 @@ def report(base: SimConfig, outcomes: list[SeedOutcome], seconds: float) -> dict
 
 def cli_flags(base: SimConfig) -> str:
     faults = ",".join(sorted(base.faults)) or "none"
-    return f"--members {base.decomposers}/{base.scorers}/{base.executors} --faults {faults}"
+    flags = f"--members {base.decomposers}/{base.scorers}/{base.executors} --faults {faults}"
+    defaults = SimConfig(seed=0)
+    for flag, value, default in (("--observers", base.observers, defaults.observers),
+                                 ("--quorum", base.quorum, defaults.quorum),
+                                 ("--parallel", base.parallel, defaults.parallel)):
+        if value != default:
+            flags += f" {flag} {value}"
+    return flags
 
 
 def _median(values: list[float]) -> float | None:
@@ -169,7 +177,8 @@ def write_report(directory: Path, summary: dict[str, object], outcomes: list[See
         "# Simulation report",
         "",
         f"- seeds: {summary['seeds']} ({summary['seed_range']}), members {summary['members']}"
-        f" + {summary['observers']} observer(s), quorum {summary['quorum']}",
+        f" + {summary['observers']} observer(s), quorum {summary['quorum']}, "
+        f"model calls under way at once per member {summary['parallel']}",
         f"- faults: {', '.join(summary['faults']) or 'none'}",  # type: ignore[arg-type]
         f"- completed: {summary['completed']}, converged: {summary['converged']}, "
         f"stalled (too few survivors): {summary['stalled']}",

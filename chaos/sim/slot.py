@@ -64,7 +64,8 @@ class Slot:
         # them: without dissent a quorum rule cannot be told from a weaker one.
         strictness = random.Random(f"swarm-sim/{world.config.seed}/strict/{name}").choice([9, 11, 12, 13])
         self.backend = ScriptedBackend(seed=world.config.seed * 1000 + len(world.slots),
-                                       latency=world.plan.latency_s[name], strictness=strictness)
+                                       latency=world.plan.latency_s[name], strictness=strictness,
+                                       parallel=world.config.parallel)
         self.state = "pending"  # pending, up, down, stopped, paused
         self.model_calls = 0  # by the member's earlier lives (before restarts)
         self.clock_ms = 0  # the nemesis's extra offset (jumps, strobes) on top of its skew

@@ -61,6 +61,7 @@ class SimConfig:
     round_ms: int = 10_000
     model_latency_s: float = 2.0  # mean per scripted model call, in virtual seconds
     max_depth: int = 3
+    parallel: int = 1  # model calls a member may have under way at once (as with a batched model service)
 
     def names(self) -> list[str]:
         shape = [("decomposer", self.decomposers), ("scorer", self.scorers),

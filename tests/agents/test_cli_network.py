@@ -68,6 +68,11 @@ def cluster(tmp_path_factory):
     [
         (["plan", "g", "--scorers", "1", "--quorum", "2"], 1, "quorum 2 can never be reached by 1 scorer"),
         (["plan", "g", "--scorers", "4", "--quorum", "2"], 1, "quorum 2 is not a majority of 4 scorers"),
+        (["plan", "g", "--model-per-member", "--llm-parallel", "2"], 1,
+         "with --model-per-member each member's own model answers one call at a time"),
+        (["plan", "g", "--llm-parallel", "9"], 2, "--llm-parallel: invalid choice: 9"),
+        (["agent", "--data-dir", "{root}/executor", "--no-mdns", "--llm", "llama", "--llm-parallel", "2"], 1,
+         "--llm llama's one model in this process answers one call at a time"),
         (["agent", "--role", "boss", "--data-dir", "x"], 2, "invalid choice: 'boss'"),
         (["submit", "g", "--no-mdns", "--data-dir", "{root}/client", "--roster", "{root}/admin/members.json"], 1,
          "needs a peer: give --bootstrap"),

@@ -119,6 +119,36 @@ def test_an_executor_starts_the_model_only_once_its_claim_is_granted() -> None:
     assert leaf in (child_node_id(board.v, 0), child_node_id(board.v, 1))
 
 
+def test_an_executor_that_may_think_twice_at_once_works_two_leaves_one_claim_at_a_time() -> None:
+    board = Board(tag="twice")
+    three = board._add(Feed("twice/d", "decomposer"), ProposalBody(node=board.node, strategy="three", subgoals=tuple(
+        Subgoal(title=t, executable=True) for t in ("a", "b", "c"))))
+    first = board.candidate(1, three.id)
+    for s in board.scorers[:2]:
+        board.ballot(s, first)
+    x = Feed("twice/x", "executor")
+    one, two = Me(x.peer_id, "executor"), Me(x.peer_id, "executor", at_once=2)
+
+    def claim(intent: Claim):
+        made = board._add(x, ClaimBody(leaf=intent.leaf, epoch=intent.epoch))
+        return made, lambda: [board._add(s, AckBody(leaf=intent.leaf, claim=made.id, epoch=intent.epoch))
+                              for s in board.scorers[:2]]
+
+    [first_claim] = executor.decide(fold(board.events), two, board.t)
+    a, grant_a = claim(first_claim)
+    assert executor.decide(fold(board.events), two, board.t) == []  # one claim in flight at a time
+    grant_a()
+    assert executor.decide(fold(board.events), one, board.t) == [Execute(a.body.leaf, a.id)]  # one at a time: busy
+    working = executor.decide(fold(board.events), two, board.t)  # two: takes another leaf beside it
+    assert working[0] == Execute(a.body.leaf, a.id) and isinstance(working[1], Claim)
+    assert working[1].leaf != a.body.leaf
+    b, grant_b = claim(working[1])
+    grant_b()
+    both = executor.decide(fold(board.events), two, board.t)
+    assert set(both) == {Execute(a.body.leaf, a.id), Execute(b.body.leaf, b.id)}  # and no third claim
+    assert len(fold(board.events).leaves()) == 3
+
+
 def test_an_executor_leaves_a_leaf_it_gave_up_to_others_for_half_a_lease() -> None:
     board = Board(tag="gaveup")
     first = board.candidate(1, board.v)

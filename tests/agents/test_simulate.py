@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from agents.core.events import ClaimBody, FailureBody, ResultBody
 from agents.core.fold import fold
 from chaos.sim.plan import simulate_plan
 from chaos.sim.runner import quiet_logs
@@ -33,3 +34,31 @@ def test_plans_complete_for_several_cluster_shapes(d, s, e, q) -> None:
 def test_faults_are_refused_here() -> None:
     with pytest.raises(ValueError, match="without faults"):
         simulate_plan(SimConfig(seed=1, faults=frozenset({"loss"})))
+
+
+def _most_leaves_worked_at_once(events) -> int:
+    """The most leaves one executor worked on together: a leaf from its claim to its own result
+    (or failure) on that claim, by the events' clock."""
+    spans: dict[str, list[tuple[int, int]]] = {}
+    claimed = {e.id: e for e in events if isinstance(e.body, ClaimBody)}
+    for event in events:
+        if isinstance(event.body, (ResultBody, FailureBody)) and event.body.claim in claimed:
+            claim = claimed[event.body.claim]
+            spans.setdefault(event.author, []).append((claim.ts.ms, event.ts.ms))
+    return max(max(sum(1 for s, e in mine if s <= start < e) for start, _ in mine) for mine in spans.values())
+
+
+def test_an_executor_with_two_calls_at_once_works_two_leaves_together_and_the_plan_ends_sooner() -> None:
+    # one executor, and a one-level plan whose leaves are all free together
+    one, two = (_run(seed=4, executors=1, max_depth=1, parallel=p) for p in (1, 2))
+    assert one.tree.complete and two.tree.complete and two.revocations == 0
+    assert len(list(two.tree.leaves())) >= 3
+    assert _most_leaves_worked_at_once(one.events) == 1
+    assert _most_leaves_worked_at_once(two.events) == 2
+    assert _last_result_ms(two.events) < _last_result_ms(one.events)
+
+
+def _last_result_ms(events) -> int:
+    """When the last result was signed, from the goal, by the events' clock."""
+    start = min(e.ts.ms for e in events)
+    return max(e.ts.ms for e in events if isinstance(e.body, ResultBody)) - start

@@ -55,6 +55,14 @@ def test_many_seeds_with_every_fault_kind_break_no_invariant() -> None:
     assert sum(o.completed for o in outcomes) + sum(o.stalled for o in outcomes) == len(outcomes)
 
 
+def test_members_with_two_model_calls_at_once_break_no_invariant_under_every_fault_kind() -> None:
+    # executors then hold two leaves each: claims, grants, renewals and results of both interleave
+    outcomes = run_many(SimConfig(seed=0, faults=ALL, parallel=2), range(300, 330), jobs=2)
+    broken = [(o.seed, v.invariant, v.evidence) for o in outcomes for v in o.violations]
+    assert broken == []
+    assert sum(o.completed for o in outcomes) + sum(o.stalled for o in outcomes) == len(outcomes)
+
+
 @pytest.mark.parametrize("kind", FAULT_KINDS)
 def test_each_fault_kind_alone_is_injected_and_survived(kind: str) -> None:
     seen = False
@@ -121,10 +129,10 @@ def _swarm(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_swarm_sim_writes_a_report_and_refuses_bad_arguments(tmp_path) -> None:
-    done = _swarm("sim", "--seeds", "6", "--first", "20", "--report", str(tmp_path), "--jobs", "2")
+    done = _swarm("sim", "--seeds", "6", "--first", "20", "--report", str(tmp_path), "--jobs", "2", "--parallel", "2")
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report["seeds"] == 6 and report["seed_range"] == [20, 25]
+    assert report["seeds"] == 6 and report["seed_range"] == [20, 25] and report["parallel"] == 2
     assert report["violations"] == [] and report["completed"] + report["stalled"] == 6
     assert report["converged"] == 6
     assert "# Simulation report" in (tmp_path / "report.md").read_text()
@@ -133,6 +141,8 @@ def test_swarm_sim_writes_a_report_and_refuses_bad_arguments(tmp_path) -> None:
     assert bad.returncode == 2 and "unknown fault kind(s) meteor" in bad.stderr
     bad = _swarm("sim", "--members", "3/3")
     assert bad.returncode == 2 and "DECOMPOSERS/SCORERS/EXECUTORS" in bad.stderr
+    bad = _swarm("sim", "--parallel", "0")
+    assert bad.returncode == 2 and "--parallel: invalid choice: 0" in bad.stderr
     bad = _swarm("sim", "--members", "3/1/3", "--quorum", "2")
     assert bad.returncode == 2 and "quorum 2 can never be reached by 1 scorer" in bad.stderr
 
