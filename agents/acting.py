@@ -128,7 +128,8 @@ class MemberActing:
             if delay > 0:
                 await trio.sleep(delay)
             self.stats.model_calls += 1
-            self.doing = self._thoughts[intent] = (kind, key, self.now_ms())
+            self._thoughts[intent] = (kind, key, self.now_ms())
+            self._show_doing()
             self._log.info("thinking", kind=kind, about=key[:10])
             started = time.monotonic()
             if self._think_in_thread:
@@ -159,9 +160,12 @@ class MemberActing:
                     pass
         finally:
             self._thoughts.pop(intent, None)
-            # the status channel shows one thought: the oldest still under way, if any
-            self.doing = min((t for t in self._thoughts.values() if t is not None), key=lambda t: t[2], default=None)
+            self._show_doing()
             self.changed.set()
+
+    def _show_doing(self) -> None:
+        """The status channel shows one thought: the oldest still under way, if any."""
+        self.doing = min((t for t in self._thoughts.values() if t is not None), key=lambda t: t[2], default=None)
 
 
 def _compose_here(intent: Intent, tree: PlanTree, backend: Backend, me: Me) -> tuple[EventBody | None, str | None, int]:

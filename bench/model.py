@@ -180,11 +180,11 @@ def swarm_plans() -> None:
         print(f"| {name} | {wall:.0f} | {usage.get('calls', '?')} | {tokens} | {tokens / wall:.1f} | {pss:,.0f} "
               f"| {outcome} |", flush=True)
     # the plans are not the same text (sampling differs), so tokens/s compares the work, wall the wait
-    (alone, *_), (one_call, *_), (shared, shared_rate, shared_pss) = rows.values()
-    per_member = rows["one per member"]
-    print(f"\nshared / per member: wall time {shared / alone:.2f}, swarm tokens/s {shared_rate / per_member[1]:.2f}, "
-          f"memory {shared_pss / per_member[2]:.2f}; {SHARED_PARALLEL} calls at a time / one: wall time "
-          f"{shared / one_call:.2f} (one plan each: a draft rejected or not moves a plan by tens of seconds)")
+    per_member, one_call, shared = rows.values()
+    print(f"\nshared / per member: wall time {shared[0] / per_member[0]:.2f}, swarm tokens/s "
+          f"{shared[1] / per_member[1]:.2f}, memory {shared[2] / per_member[2]:.2f}; {SHARED_PARALLEL} calls at a "
+          f"time / one: wall time {shared[0] / one_call[0]:.2f} (one plan each: a draft rejected or not moves a "
+          "plan by tens of seconds)")
 
 
 def main() -> None:

@@ -41,7 +41,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
     backend = None
     if creds.role != "observer":
         try:
-            if args.llm_parallel is not None and args.llm == "llama":
+            if (args.llm_parallel or 1) > 1 and args.llm == "llama":
                 raise CommandError("--llm-parallel is for a server that batches calls (--llm openai, e.g. 'swarm "
                                    "model-service'); --llm llama's one model in this process answers one call at "
                                    "a time: leave --llm-parallel out")

@@ -187,7 +187,7 @@ def provision(members_dir: Path, cluster: str, roles: list[tuple[str, int]]) -> 
 def cmd_plan(args: argparse.Namespace) -> int:
     quorum = args.quorum or args.scorers // 2 + 1
     check_quorum(quorum, args.scorers)
-    if args.llm_parallel is not None and args.llm == "llama" and args.model_per_member:
+    if (args.llm_parallel or 1) > 1 and args.llm == "llama" and args.model_per_member:
         raise CommandError("--llm-parallel is for members that share a server that batches calls; with "
                            "--model-per-member each member's own model answers one call at a time")
     out = Path(args.out)

@@ -41,17 +41,22 @@ class OpenAIBackend(PromptedBackend):
         headers = {"Authorization": f"Bearer {key}"} if (key := os.environ.get(API_KEY_VARIABLE)) else {}
         self._client = httpx.Client(timeout=timeout_s, headers=headers)
         self._schema_forms = ["json_schema", "json_object"]  # the first one the server accepts stays first
+        self._asked = 0  # calls sent: each draws the next seed
 
     def _generate(self, messages: list[dict[str, str]], schema: dict[str, Any] | None, max_tokens: int,
                   allow_cut: bool = False) -> str:
+        with self._totals:  # calls on other threads draw their own seeds and share the learned schema form
+            self._asked += 1
+            seed = (self.seed + self._asked - 1) % 2**31
         body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_tokens,
-                                "temperature": 0.2, "seed": (self.seed + self.calls) % 2**31}
+                                "temperature": 0.2, "seed": seed}
         started = time.monotonic()
         while True:
+            form = self._schema_forms[0]
             if schema is not None:
                 body["response_format"] = (
                     {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
-                    if self._schema_forms[0] == "json_schema" else {"type": "json_object", "schema": schema}
+                    if form == "json_schema" else {"type": "json_object", "schema": schema}
                 )
             try:
                 response = self._client.post(f"{self.url}/chat/completions", json=body)
@@ -61,10 +66,12 @@ class OpenAIBackend(PromptedBackend):
             except httpx.HTTPError as exc:
                 raise LLMError(f"the model server at {self.url} failed: {exc!r}") from None
             rejected_form = schema is not None and response.status_code in (400, 422, 500) \
-                and "response_format" in response.text and len(self._schema_forms) > 1
+                and "response_format" in response.text and form != self._schema_forms[-1]
             if not rejected_form:
                 break
-            self._schema_forms.pop(0)
+            with self._totals:  # another call may have learned it already: drop the form once
+                if self._schema_forms[0] == form and len(self._schema_forms) > 1:
+                    self._schema_forms.pop(0)
         if response.status_code in (502, 503):
             raise ModelUnavailable(f"the model server at {self.url} is not ready ({response.status_code})")
         if response.status_code != 200:

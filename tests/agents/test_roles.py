@@ -20,6 +20,7 @@ from agents.roles import (
     Me,
     Promise,
     Propose,
+    Renew,
     Vote,
     decomposer,
     executor,
@@ -139,10 +140,14 @@ def test_an_executor_that_may_think_twice_at_once_works_two_leaves_one_claim_at_
     assert executor.decide(fold(board.events), two, board.t) == []  # one claim in flight at a time
     grant_a()
     assert executor.decide(fold(board.events), one, board.t) == [Execute(a.body.leaf, a.id)]  # one at a time: busy
+    late = executor.decide(fold(board.events), two, board.t + 600)  # half a 1 s lease on: renew first
+    assert Execute(a.body.leaf, a.id) in late and any(isinstance(i, Renew) for i in late)
+    assert not any(isinstance(i, Claim) for i in late)
     working = executor.decide(fold(board.events), two, board.t)  # two: takes another leaf beside it
     assert working[0] == Execute(a.body.leaf, a.id) and isinstance(working[1], Claim)
     assert working[1].leaf != a.body.leaf
     b, grant_b = claim(working[1])
+    assert executor.decide(fold(board.events), two, board.t) == [Execute(a.body.leaf, a.id)]  # b waits: no third
     grant_b()
     both = executor.decide(fold(board.events), two, board.t)
     assert set(both) == {Execute(a.body.leaf, a.id), Execute(b.body.leaf, b.id)}  # and no third claim
