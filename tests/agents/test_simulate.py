@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from agents.core.events import ClaimBody, FailureBody, ResultBody
+from agents.core.events import ResultBody
 from agents.core.fold import fold
 from chaos.sim.plan import simulate_plan
 from chaos.sim.runner import quiet_logs
 from chaos.sim.world import SimConfig
+from tests.spans import most_leaves_worked_at_once
 
 
 def _run(**overrides):
@@ -36,18 +37,6 @@ def test_faults_are_refused_here() -> None:
         simulate_plan(SimConfig(seed=1, faults=frozenset({"loss"})))
 
 
-def _most_leaves_worked_at_once(events) -> int:
-    """The most leaves one executor worked on together: a leaf from its claim to its own result
-    (or failure) on that claim, by the events' clock."""
-    spans: dict[str, list[tuple[int, int]]] = {}
-    claimed = {e.id: e for e in events if isinstance(e.body, ClaimBody)}
-    for event in events:
-        if isinstance(event.body, (ResultBody, FailureBody)) and event.body.claim in claimed:
-            claim = claimed[event.body.claim]
-            spans.setdefault(event.author, []).append((claim.ts.ms, event.ts.ms))
-    return max(max(sum(1 for s, e in mine if s <= start < e) for start, _ in mine) for mine in spans.values())
-
-
 def test_an_executor_with_two_calls_at_once_works_two_leaves_together_and_the_plan_ends_sooner() -> None:
     # one executor, and a one-level plan whose leaves are all free together. The scripted model
     # takes as long for two calls as for one (no batch slows it), so "sooner" shows the policy
@@ -55,8 +44,8 @@ def test_an_executor_with_two_calls_at_once_works_two_leaves_together_and_the_pl
     one, two = (_run(seed=4, executors=1, max_depth=1, parallel=p) for p in (1, 2))
     assert one.tree.complete and two.tree.complete and two.revocations == 0
     assert len(list(two.tree.leaves())) >= 3
-    assert _most_leaves_worked_at_once(one.events) == 1
-    assert _most_leaves_worked_at_once(two.events) == 2
+    assert most_leaves_worked_at_once(one.events) == 1
+    assert most_leaves_worked_at_once(two.events) == 2
     assert _last_result_ms(two.events) < _last_result_ms(one.events)
 
 

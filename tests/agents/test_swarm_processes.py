@@ -12,9 +12,11 @@ from collections import Counter
 import pytest
 
 from agents.cli.plan import swarm_command
+from agents.core.events import ResultBody
 from agents.net.liveness import PING_INTERVAL, PING_TIMEOUT, QUIET_BEFORE_PING
 from agents.store import EventStore
 from tests.cluster import LocalCluster
+from tests.spans import most_leaves_worked_at_once
 
 pytestmark = pytest.mark.slow
 _ids = itertools.count()
@@ -223,6 +225,27 @@ def test_a_stall_of_every_member_drops_no_peer_and_the_plan_completes(make_clust
                       if r.get("event") == "peer unresponsive; disconnecting" and r.get("peer") in members]
                for name in names}
     assert not any(dropped.values()), f"members dropped live peers after a stall: {dropped}"
+
+
+def test_an_executor_process_with_two_model_calls_at_once_works_two_leaves_together(make_cluster) -> None:
+    """``--llm-parallel 2`` in a real member: its model calls run on worker threads side by side,
+    and the signed events show two of its leaves claimed and unanswered together, with every
+    leaf answered once and nothing any member showed ever taken back."""
+    cluster = make_cluster(llm_latency=1.0)
+    cluster.shape(1, 3, 1)
+    cluster.extra_args["executor-0"] = ("--llm-parallel", "2")
+    cluster.start()
+    cluster.submit("Plan a two-week trip to Japan")
+    cluster.wait_for("the plan to complete", lambda: cluster.tree("executor-0").complete, timeout=90)
+    cluster.wait_converged()
+    tree = cluster.tree("scorer-0")
+    assert len(list(tree.leaves())) >= 3
+    _no_leaf_with_two_results(tree)
+    assert _never_revoked(cluster) > 0
+    events = _events(cluster, "executor-0")
+    assert most_leaves_worked_at_once(events) == 2
+    executor = cluster.procs["executor-0"].peer_id
+    assert {e.author for e in events if isinstance(e.body, ResultBody)} == {executor}
 
 
 @pytest.fixture
