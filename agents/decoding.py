@@ -31,6 +31,7 @@ import structlog
 from agents.core.decode import bad_signature, decode_unverified, signature_bytes
 from agents.core.events import Event, EventRefused
 from agents.core.identity import public_key_of, verify
+from agents.heap import settled
 from agents.verifier import Verifier, VerifierGone
 
 log = structlog.get_logger("decoding")
@@ -135,10 +136,13 @@ class _Submitted:
             return
         self._done = None
         pool = _workers()
-        self._chunks: list[Future[list[Event | EventRefused]]] = [
-            pool.submit(_verify_chunk, [_unverified(raw) for raw in raws[start:start + CHUNK]], True)
-            for start in range(0, len(raws), CHUNK)
-        ]
+        # a frame's events are kept, not garbage: the collector walking them as they are made
+        # was an eighth of parsing them (100k events: 38 against 33 us each)
+        with settled():
+            self._chunks: list[Future[list[Event | EventRefused]]] = [
+                pool.submit(_verify_chunk, [_unverified(raw) for raw in raws[start:start + CHUNK]], True)
+                for start in range(0, len(raws), CHUNK)
+            ]
 
     @property
     def checked(self) -> bool:

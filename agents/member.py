@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,10 +117,14 @@ class Member(MemberSync, MemberActing):
         transitions_path: Path | None = None,
         feed_head_path: Path | None = None,
         new_key: bool = False,
+        store_in_thread: bool = True,
     ) -> None:
         """``new_key``: the member's key was made at this start (nothing of its own can exist
         anywhere yet). ``think_in_thread=False`` runs model calls inline: the simulated world needs it,
-        since a thread's real duration would let a mock clock jump. ``trace`` receives a
+        since a thread's real duration would let a mock clock jump; ``store_in_thread=False``
+        commits a catch-up's batches on the event loop's thread, as every other write (the
+        simulated world copies a member's files at a kill: no write may be under way on another
+        thread then). ``trace`` receives a
         one-line account of each thing this member does (the simulator's trace).
 
         Every change of what this member shows (accepted split, claim holder, accepted
@@ -144,6 +149,8 @@ class Member(MemberSync, MemberActing):
         self.me = Me(identity.peer_id, role, strategy,  # type: ignore[arg-type]
                      at_once=calls_at_once(role, int(getattr(backend, "parallel", 1) or 1)))
         self.index = EventIndex(store.events())
+        # a catch-up's commits, while the event loop parses the next frames (``agents.syncing``)
+        self.store_thread = ThreadPoolExecutor(1, thread_name_prefix="store") if store_in_thread else None
         self._heap = Settler()
         self._heap.held(len(self.index))
         self.stats = MemberStats(refused=store.counters().get("refused", 0))
@@ -199,11 +206,32 @@ class Member(MemberSync, MemberActing):
         try:
             added = self.store.add_many(events)
         except StoreError as exc:
-            self.stats.store_errors += 1
-            self._log.error("store refused events", via=via, events=len(events), error=str(exc)[:300])
-            if via == "self":
-                raise
-            return 0
+            return self._not_stored(exc, events, via)
+        return self._stored(events, added, via, refold)
+
+    def store_behind(self, events: list[Event]) -> Future[int]:
+        """Start storing ``events`` on the store thread; ``written`` takes the answer. Until
+        then they are neither indexed nor acknowledged, as before any commit."""
+        assert self.store_thread is not None, "this member stores on its event loop's thread"
+        return self.store_thread.submit(self.store.add_many, events)
+
+    def written(self, events: list[Event], write: Future[int], via: str) -> int:
+        """``store_behind``'s write, once done (waiting for it), indexed as ``_admit`` would,
+        without the fold."""
+        try:
+            added = write.result()
+        except StoreError as exc:
+            return self._not_stored(exc, events, via)
+        return self._stored(events, added, via, refold=False)
+
+    def _not_stored(self, exc: StoreError, events: list[Event], via: str) -> int:
+        self.stats.store_errors += 1
+        self._log.error("store refused events", via=via, events=len(events), error=str(exc)[:300])
+        if via == "self":
+            raise exc
+        return 0
+
+    def _stored(self, events: list[Event], added: int, via: str, refold: bool) -> int:
         if added:
             self.news_at = trio.current_time()
             self.index.add_all(events)
@@ -287,6 +315,8 @@ class Member(MemberSync, MemberActing):
         shows everything stored (a fold a pull put off: ``MemberSync._pull``)."""
         if self._fold_owed:
             self._refold()
+        if self.store_thread is not None:  # every pull waited for its writes: nothing is left
+            self.store_thread.shutdown(wait=True)
         if self._transitions_file is not None:
             self._transitions_file.close()
             self._transitions_file = None

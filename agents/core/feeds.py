@@ -62,6 +62,18 @@ def _link_rule(event: Event, before: Event) -> tuple[str, str] | None:
     return None
 
 
+def _one_chain(mine: list[Event]) -> bool:
+    """Whether an author's events, in seq order, are one gap-free chain from seq 1: each at
+    the next seq, citing the one before (no fork, no gap). The links' other rules are still
+    checked, one by one."""
+    previous = None
+    for at, event in enumerate(mine, start=1):
+        if event.seq != at or event.prev != previous:
+            return False
+        previous = event.id
+    return True
+
+
 def build_feeds(events: Iterable[Event]) -> Feeds:
     """Split a set of events into feeds, pending and cut events.
 
@@ -84,6 +96,21 @@ def build_feeds(events: Iterable[Event]) -> Feeds:
 
     for author in sorted(by_author):
         mine = sorted(by_author[author], key=lambda e: (e.seq, e.id))
+        if _one_chain(mine):  # nearly every author: the walk below, in one pass
+            head = None
+            for at, event in enumerate(mine):
+                broken_rule = None if at == 0 else _link_rule(event, mine[at - 1])
+                if broken_rule is not None:
+                    issues.append(FeedIssue(author, event.seq, *broken_rule))
+                    cut.extend(mine[at:])  # everything after a broken link is cut too
+                    break
+                if at:
+                    parent[event.id] = mine[at - 1].id
+                accepted.append(event)
+                head = event
+            if head is not None:
+                heads[author] = (head.seq, head.id)
+            continue
         by_id = {e.id: e for e in mine}
         at_seq: dict[int, list[Event]] = defaultdict(list)
         children: dict[str, list[Event]] = defaultdict(list)
@@ -151,6 +178,10 @@ def chain_order(feeds: Feeds, author_events: list[Event]) -> list[list[Event]]:
     Without a fork that is one list (the feed in order). A fork gives one list per
     branch, sharing the common prefix: walking each in order is walking "earlier on
     the event's own chain", which is what exclusivity rules count along."""
+    if not author_events:
+        return []
+    if author_events[0].author not in feeds.equivocators:  # no fork: one chain, in seq order
+        return [sorted(author_events, key=lambda e: e.seq)]
     in_feed = {e.id: e for e in author_events}
     has_child = {feeds.parent[e.id] for e in author_events if e.id in feeds.parent}
     tips = sorted((e for e in author_events if e.id not in has_child), key=lambda e: (e.seq, e.id))

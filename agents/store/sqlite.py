@@ -6,6 +6,10 @@ restarts with it (``tests/agents/test_store_durability.py`` proves it by killing
 a real writer). Events are stored as their canonical wire bytes and were
 verified before they were written; reading them back re-checks the ids.
 
+One connection, shared by the member's event loop and its store thread (a catch-up's
+commits run there while the loop parses the next frames: ``agents.syncing``); a lock
+keeps them to one statement sequence at a time.
+
 Schema changes are numbered migrations applied in order and recorded in
 ``PRAGMA user_version``; a store newer than this code is refused, not touched.
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -45,6 +50,10 @@ class StoreError(RuntimeError):
     """The store cannot be opened or used; the message says why and what to do."""
 
 
+# rows per INSERT statement: one statement is one step of SQLite's engine, taken without the
+# GIL, where ``executemany`` took it back for every row (a thread storing beside a busy event
+# loop waited up to the switch interval per row); under SQLite's 32766 bound on parameters
+ROWS_PER_INSERT = 4096
 BUSY_TIMEOUT_S = 5.0  # how long a connection waits on another's lock
 CACHE_KIB = 32 * 1024  # SQLite's page cache per connection, filled only as pages are read
 
@@ -65,12 +74,19 @@ def _write_ahead(db: sqlite3.Connection) -> None:
             time.sleep(0.1)
 
 
+def _insert_statement(rows: int) -> str:
+    return ("INSERT OR IGNORE INTO events (id, author, seq, kind, hlc_ms, hlc_counter, raw) VALUES "
+            + ",".join(("(?,?,?,?,?,?,?)",) * rows))
+
+
 class EventStore:
     """The events one member holds. Open with ``EventStore.open(data_dir)``."""
 
     def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
         self._db = connection
         self.path = path
+        self._lock = threading.RLock()  # the event loop and the store thread share ``_db``
+        self._rows_per_insert = min(ROWS_PER_INSERT, connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 7)
 
     @classmethod
     def open(cls, data_dir: str | Path) -> EventStore:
@@ -136,7 +152,8 @@ class EventStore:
             )
 
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            self._db.close()
 
     def __enter__(self) -> EventStore:
         return self
@@ -149,27 +166,27 @@ class EventStore:
         return self.add_many([event]) == 1
 
     def add_many(self, events: Iterable[Event]) -> int:
-        """Store events in one transaction; returns how many were new."""
+        """Store events in one transaction; returns how many were new. Safe to call from
+        another thread than the one that opened the store."""
         rows = [
             (e.id, e.author, e.seq, e.kind, e.hlc[0], e.hlc[1], e.to_wire()) for e in events
         ]
         if not rows:
             return 0
         try:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                before = self._db.total_changes
-                self._db.executemany(
-                    "INSERT OR IGNORE INTO events (id, author, seq, kind, hlc_ms, hlc_counter, raw)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
-                added = self._db.total_changes - before
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
+            with self._lock:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    before = self._db.total_changes
+                    for start in range(0, len(rows), self._rows_per_insert):
+                        chunk = rows[start:start + self._rows_per_insert]
+                        self._db.execute(_insert_statement(len(chunk)), [value for row in chunk for value in row])
+                    added = self._db.total_changes - before
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                    raise
         except sqlite3.OperationalError as exc:
             raise StoreError(
                 f"cannot write to {self.path}: {exc}; free space on its disk: nothing already stored is "
@@ -179,14 +196,17 @@ class EventStore:
 
     def durability(self) -> int:
         """SQLite's ``synchronous`` level: 2 (FULL) makes every commit durable when it returns."""
-        (level,) = self._db.execute("PRAGMA synchronous").fetchone()
+        with self._lock:
+            (level,) = self._db.execute("PRAGMA synchronous").fetchone()
         return int(level)
 
     def has(self, event_id: str) -> bool:
-        return self._db.execute("SELECT 1 FROM events WHERE id = ?", (event_id,)).fetchone() is not None
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM events WHERE id = ?", (event_id,)).fetchone() is not None
 
     def count(self) -> int:
-        (n,) = self._db.execute("SELECT COUNT(*) FROM events").fetchone()
+        with self._lock:
+            (n,) = self._db.execute("SELECT COUNT(*) FROM events").fetchone()
         return int(n)
 
     def _decode(self, rows: Iterable[tuple[bytes]]) -> Iterator[Event]:
@@ -201,18 +221,20 @@ class EventStore:
 
     def events(self) -> list[Event]:
         """Every stored event (in storage order, which means nothing: fold is order-free)."""
-        return list(self._decode(self._db.execute("SELECT raw FROM events ORDER BY rowid")))
+        with self._lock:  # read as decoded, not fetched whole: a million rows' bytes at once is 700 MB
+            return list(self._decode(self._db.execute("SELECT raw FROM events ORDER BY rowid")))
 
     def events_by(self, author: str, after_seq: int = 0) -> list[Event]:
-        rows = self._db.execute(
-            "SELECT raw FROM events WHERE author = ? AND seq > ? ORDER BY seq", (author, after_seq)
-        )
-        return list(self._decode(rows))
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT raw FROM events WHERE author = ? AND seq > ? ORDER BY seq", (author, after_seq)
+            )
+            return list(self._decode(rows))
 
     def bump(self, counter: str, by: int = 1) -> None:
         """Add to a local counter (refused events and the like): facts about this member only.
         A full disk skips the count rather than fail the member: it is not worth a crash."""
-        with contextlib.suppress(sqlite3.OperationalError):
+        with self._lock, contextlib.suppress(sqlite3.OperationalError):
             self._db.execute(
                 "INSERT INTO counters (name, value) VALUES (?, ?) "
                 "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
@@ -220,4 +242,5 @@ class EventStore:
             )
 
     def counters(self) -> dict[str, int]:
-        return {name: value for name, value in self._db.execute("SELECT name, value FROM counters")}
+        with self._lock:
+            return {name: value for name, value in self._db.execute("SELECT name, value FROM counters")}

@@ -136,7 +136,7 @@ class Slot:
         self.member = Member(
             self.world.credentials(self.identity, self.role), self.store, network,
             backend=self.backend if self.role != "observer" else None, strategy=self.strategy,
-            now_ms=self.now_ms, think_in_thread=False,
+            now_ms=self.now_ms, think_in_thread=False, store_in_thread=False,
             trace=lambda line: self.world.say(self.name, line),
             feed_head_path=self.data_dir / "feed.head", new_key=self.state == "pending",
             on_transition=lambda change: self.record.shown.append(

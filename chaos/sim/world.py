@@ -170,7 +170,7 @@ class World:
         self._names[identity.peer_id[-8:]] = "client"
         network = self.fabric.endpoint(identity.peer_id)
         client = Member(self.credentials(identity, "client"), store, network, now_ms=lambda: EPOCH_MS + int(
-            trio.current_time() * 1000), think_in_thread=False, trace=lambda line: self.say("client", line))
+            trio.current_time() * 1000), think_in_thread=False, store_in_thread=False, trace=lambda line: self.say("client", line))
         roster = tuple(sorted(s.identity.peer_id for s in self.slots.values() if s.role == "scorer"))
         goal_id: list[str] = []
 

@@ -78,3 +78,22 @@ def test_a_feed_cannot_change_role_or_go_back_in_time() -> None:
     switch = sign_event(DEC, "executor", 2, first.id, Timestamp(11, 0), ClaimBody(leaf="cd" * 32, epoch=1))
     feeds = build_feeds([first, switch])
     assert feeds.accepted == (first,) and [i.rule for i in feeds.issues] == ["role"]
+
+
+def test_a_broken_link_cuts_the_rest_of_the_chain_the_same_way_on_either_walk() -> None:
+    """A gap-free, fork-free feed is read in one pass (``_one_chain``), any other by walking
+    its links: both cut everything after a broken link, with one issue, and agree on the head
+    and the links. An event past a gap sends the same chain down the general walk."""
+    a, b = _chain(2)
+    late = sign_event(DEC, "decomposer", 3, b.id, Timestamp(2, 0), _body("late"))  # not after b's clock
+    after = [sign_event(DEC, "decomposer", 4, late.id, Timestamp(50, 0), _body("d"))]
+    after.append(sign_event(DEC, "decomposer", 5, after[0].id, Timestamp(60, 0), _body("e")))
+    past_gap = sign_event(DEC, "decomposer", 9, "ef" * 32, Timestamp(90, 0), _body("gap"))
+    one_pass = build_feeds([after[1], late, a, after[0], b])
+    walked = build_feeds([a, b, late, *after, past_gap])
+    for feeds in (one_pass, walked):
+        assert feeds.accepted == (a, b)
+        assert feeds.cut == (late, *after)
+        assert [(i.seq, i.rule) for i in feeds.issues] == [(3, "clock")]
+        assert feeds.heads == {DEC.peer_id: (2, b.id)} and feeds.parent == {b.id: a.id}
+    assert one_pass.pending == () and walked.pending == (past_gap,)

@@ -11,6 +11,7 @@ way an event can travel is a later pull from another peer.
 from __future__ import annotations
 
 import random
+import threading
 from itertools import pairwise
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from agents.core.events import Event
 from agents.core.sync import EventIndex
 from agents.member import Member
 from agents.net.base import MAX_FRAME_BYTES, PeerStream, StreamClosed
-from agents.store import EventStore
+from agents.store import EventStore, StoreError
 from agents.syncing import (
     PULL_DEADLINE,
     QUIET_AFTER,
@@ -74,11 +75,11 @@ def _serving(held: EventIndex):
 
 
 async def _watcher_and_holder(nursery: trio.Nursery, tmp_path: Path, network: SimNetwork, holder_id: str,
-                              serve) -> tuple[Member, SimNetwork]:
+                              serve, store_in_thread: bool = True) -> tuple[Member, SimNetwork]:
     """An observer member on ``network`` (already attached to its fabric) and a holder endpoint
     that answers pulls with ``serve``; neither is brought up yet."""
     watcher = Member(credentials("watcher", "observer"), EventStore.open(tmp_path / "watcher"), network,
-                     think_in_thread=False, now_ms=_now_ms)
+                     think_in_thread=False, now_ms=_now_ms, store_in_thread=store_in_thread)
     network.attach(nursery)
     await nursery.start(watcher.run)
     holder = network.fabric.endpoint(holder_id)
@@ -481,15 +482,22 @@ def test_a_fold_longer_than_every_deadline_is_work_not_a_stalled_pull(tmp_path: 
     assert outcome["stored"] == 600 and outcome["whole"] >= 1 and outcome["timeouts"] == 0, outcome
 
 
-@pytest.mark.parametrize(("authors", "offer_page", "expected"), [(1, 20_000, [1_000, 300]),
-                                                                (3, 1, [300, 300, 300])],
-                         ids=["one page", "a page per author"])
+@pytest.mark.parametrize(("authors", "offer_page", "expected", "behind", "store_in_thread"),
+                         [(1, 20_000, [1_000, 300], [True, False], True),
+                          (1, 20_000, [1_000, 300], [False, False], False),
+                          (3, 1, [300, 300, 300], [False, False, False], True)],
+                         ids=["one page", "one page, no store thread (the simulated world)", "a page per author"])
 def test_a_large_pull_stores_a_transaction_per_store_every_events_or_page_and_folds_once(
-        tmp_path: Path, monkeypatch, authors: int, offer_page: int, expected: list[int]) -> None:
+        tmp_path: Path, monkeypatch, authors: int, offer_page: int, expected: list[int], behind: list[bool],
+        store_in_thread: bool) -> None:
     """Events come in frames of ``BATCH`` (500): with ``STORE_EVERY`` at 1,000, 1,300 events of
     one author are stored in two transactions (a commit per frame was an fsync per 500
     events), and 3 x 300 events offered a page per author one transaction per page (the next
-    page's wants are read from what is stored). The tree is folded once, at the end."""
+    page's wants are read from what is stored). The tree is folded once, at the end.
+
+    A batch stored at ``STORE_EVERY`` is committed on the store thread while frames go on
+    coming (``behind``); the last, and one stored before a page's wants are read, on the
+    event loop's thread (what follows reads the index)."""
     from agents import syncing, syncproto, syncwire
 
     monkeypatch.setattr(syncing, "STORE_EVERY", 2 * syncproto.BATCH)
@@ -500,6 +508,7 @@ def test_a_large_pull_stores_a_transaction_per_store_every_events_or_page_and_fo
     held = EventIndex([feed.at(1_000 + i, goal(f"Goal {i}", [holder_id], 1))
                        for feed in feeds for i in range(per_author)])
     stored: list[int] = []
+    on_store_thread: list[bool] = []
     folds: list[int] = []  # events stored at each fold
     outcome: dict[str, object] = {}
 
@@ -510,11 +519,13 @@ def test_a_large_pull_stores_a_transaction_per_store_every_events_or_page_and_fo
             fabric = SimFabric(random.Random(0), nursery)
             fabric.weather.loss = 1.0
             network = SimNetwork(fabric, identity("watcher").peer_id)
-            watcher, holder = await _watcher_and_holder(nursery, tmp_path, network, holder_id, serve)
+            watcher, holder = await _watcher_and_holder(nursery, tmp_path, network, holder_id, serve,
+                                                        store_in_thread)
             store_many, refold = watcher.store.add_many, watcher._refold
 
             def counted_store(events: list) -> int:
                 stored.append(len(events))
+                on_store_thread.append(threading.current_thread() is not threading.main_thread())
                 return store_many(events)
 
             def counted_refold() -> None:
@@ -534,7 +545,57 @@ def test_a_large_pull_stores_a_transaction_per_store_every_events_or_page_and_fo
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert outcome["folded"] == len(held) == sum(expected)
     assert stored == expected, stored
+    assert on_store_thread == behind, on_store_thread
     assert folds == [len(held)], folds  # once, with every event stored
+
+
+def test_a_batch_the_store_thread_cannot_write_is_not_taken_and_comes_again(tmp_path: Path, monkeypatch) -> None:
+    """The disk refuses the batch the store thread commits: those events are neither indexed
+    nor folded (nothing says they are held), the error is counted, the pull goes on, and a
+    later pull brings them again once the store takes writes."""
+    from agents import syncing, syncproto
+
+    monkeypatch.setattr(syncing, "STORE_EVERY", 2 * syncproto.BATCH)
+    holder_id = identity("holder").peer_id
+    feed = Feed("holder", "client")
+    held = EventIndex([feed.at(1_000 + i, goal(f"Goal {i}", [holder_id], 1)) for i in range(1_300)])
+    refused: list[int] = []
+    outcome: dict[str, object] = {}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            fabric = SimFabric(random.Random(0), nursery)
+            fabric.weather.loss = 1.0
+            network = SimNetwork(fabric, identity("watcher").peer_id)
+            watcher, holder = await _watcher_and_holder(nursery, tmp_path, network, holder_id, _serving(held))
+            store_many, refold = watcher.store.add_many, watcher._refold
+
+            def full_once(events: list) -> int:
+                if threading.current_thread() is not threading.main_thread() and not refused:
+                    refused.append(len(events))
+                    raise StoreError("cannot write to the store: database or disk is full (test)")
+                return store_many(events)
+
+            def checked_refold() -> None:  # whatever is folded is stored
+                assert watcher.store.count() == len(watcher.index)
+                refold()
+
+            monkeypatch.setattr(watcher.store, "add_many", full_once)
+            monkeypatch.setattr(watcher, "_refold", checked_refold)
+            fabric.bring_up(network)
+            fabric.bring_up(holder)
+            with trio.move_on_after(120):
+                while watcher.tree.events < len(held):
+                    await trio.sleep(0.5)
+            outcome.update(folded=watcher.tree.events, stored=watcher.store.count(),
+                           errors=watcher.stats.store_errors, pulls=watcher.stats.pulls_whole)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert refused == [1_000], refused
+    assert outcome["errors"] == 1, outcome
+    assert outcome["folded"] == outcome["stored"] == len(held), outcome
+    assert outcome["pulls"] >= 2, outcome  # the first left 1,000 behind; a later one brought them
 
 
 class _Recorder:

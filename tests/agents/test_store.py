@@ -83,3 +83,45 @@ def test_a_new_store_opened_by_several_at_once_opens_for_all(tmp_path) -> None:
         for opener in openers:
             opener.join()
     assert failures == []
+
+
+def test_a_batch_larger_than_one_insert_statement_is_stored_whole_and_counted_once(tmp_path, plan_events) -> None:
+    """A batch goes as INSERT statements of many rows each (one engine step, no GIL between
+    rows); their chunks add up to the batch, duplicates inside it and already held not counted."""
+    with EventStore.open(tmp_path) as store:
+        store._rows_per_insert = 7  # several statements for the plan's events
+        half = plan_events[: len(plan_events) // 2]
+        assert store.add_many(half) == len(half)
+        assert store.add_many(plan_events + plan_events[:9]) == len(plan_events) - len(half)
+        assert store.count() == len(plan_events)
+        assert fold(store.events()).digest == fold(plan_events).digest
+
+
+def test_two_threads_writing_at_once_each_get_whole_transactions(tmp_path, plan_events) -> None:
+    """A catch-up commits on the member's store thread while its event loop stores gossip and
+    bumps counters on the same connection: each batch is its own transaction, none fails."""
+    import threading
+
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def write(events: list) -> None:
+        start.wait()
+        try:
+            for event in events * 4:  # one transaction per event: many chances to interleave
+                store.add_many([event])
+                store.bump("written")
+                store.count()
+        except BaseException as exc:  # the test reports whatever broke
+            errors.append(exc)
+
+    with EventStore.open(tmp_path) as store:
+        odd, even = plan_events[1::2], plan_events[::2]
+        writers = [threading.Thread(target=write, args=(part,)) for part in (odd, even)]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join()
+        assert not errors, errors[:3]
+        assert store.count() == len(plan_events)
+        assert store.counters() == {"written": 4 * len(plan_events)}
