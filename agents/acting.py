@@ -5,20 +5,24 @@ and log), as ``agents.syncing`` is for sync. Every role but the observer and the
 client runs ``_act_loop``: ask the policy what to do given the tree and the hybrid clock, and carry
 the intents out, claims and renewals at once, model calls up to ``Me.at_once`` at a time
 (the backend's ``parallel``: one, unless a batched server answers them side by side), on
-worker threads when ``think_in_thread``. A member whose store lost its own newest events
+worker threads when ``think_in_thread``. A call whose intent the policy no longer asks for
+(the node it would split or vote on was decided, the leaf's claim was lost) is dropped while
+the model works on it (``_drop_moot``): a backend that streams gives up between two tokens and
+a model service stops drawing them, so the batch's other calls go faster. A member whose store lost its own newest events
 signs nothing until a peer gives them back (``mute``), and one told to ``hold_still``
 signs nothing more.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 import trio
 
 from agents.core.events import ResultBody
 from agents.core.tree import PlanTree
-from agents.llm.base import Backend
+from agents.llm.base import Backend, CallDropped
 from agents.roles import POLICIES, THINKING, Claim, Intent, Me, Renew
 from agents.roles.compose import EventBody, compose, latency_key
 from agents.store import StoreError
@@ -35,7 +39,7 @@ class HoldingStill(RuntimeError):
 
 class MemberActing:
     """Acting for ``Member``: see the module's docstring. Its state (``still``, ``_done``,
-    ``_last_renew``, ``_thoughts``, ``_model_down_until``, ``_model_failures``, ``doing``,
+    ``_last_renew``, ``_thoughts``, ``_drops``, ``_model_down_until``, ``_model_failures``, ``doing``,
     ``_think_in_thread``) is set by ``Member.__init__``."""
 
     def hold_still(self) -> None:
@@ -43,6 +47,7 @@ class MemberActing:
         dropped), while events still come in and sync still serves and pulls: the drain before
         a final read, so the copies can be compared without new events in flight."""
         self.still = True
+        self._drop_moot(())
         self.changed.set()
 
     @property
@@ -77,7 +82,9 @@ class MemberActing:
         now = self.clock.peek().ms
         # with the model unreachable, a claim could only be handed back unanswered: wait for it
         model_down = trio.current_time() < self._model_down_until
-        for intent in policy(self.tree, self.me, now):
+        intents = policy(self.tree, self.me, now)
+        self._drop_moot(intents)
+        for intent in intents:
             if intent in self._done or (model_down and isinstance(intent, (*THINKING, Claim))):
                 continue
             if isinstance(intent, THINKING):
@@ -97,6 +104,18 @@ class MemberActing:
                 return False  # logged; the policy asks again next time (unless holding still)
             return True
         return False
+
+    def _drop_moot(self, wanted) -> None:
+        """Drop the model calls under way whose intents are not in ``wanted`` (the policy's list
+        now): what they would sign can no longer count, and a call the member may still need
+        is never in this state, since a policy asks for an intent until its event is in the tree.
+        A dropped intent leaves ``_done``: if the policy ever asks for it again it is thought anew."""
+        still_wanted = set(wanted)
+        for intent, (scope, drop) in list(self._drops.items()):
+            if intent not in still_wanted and not drop.is_set():
+                drop.set()  # seen by the backend on its worker thread, between two tokens
+                scope.cancel()  # ends a simulated call's wait at once
+                self._done.discard(intent)
 
     def _note_model_reach(self, problem: str | None) -> None:
         """Back off while the model cannot be reached at all (its service down or restarting), and
@@ -122,20 +141,33 @@ class MemberActing:
     async def _think(self, intent: Intent) -> None:
         assert self.backend is not None
         backend, tree = self.backend, self.tree
+        scope, drop = trio.CancelScope(), threading.Event()
+        self._drops[intent] = (scope, drop)
         try:
             kind, key = latency_key(intent)
-            delay = backend.latency_s(kind, key)
-            if delay > 0:
-                await trio.sleep(delay)
-            self.stats.model_calls += 1
-            self._thoughts[intent] = (kind, key, self.now_ms())
-            self._show_doing()
-            self._log.info("thinking", kind=kind, about=key[:10])
             started = time.monotonic()
-            if self._think_in_thread:
-                body, unavailable, tokens = await trio.to_thread.run_sync(_compose_here, intent, tree, backend, self.me)
-            else:
-                body, unavailable, tokens = _compose_here(intent, tree, backend, self.me)
+            with scope:
+                delay = backend.latency_s(kind, key)
+                if delay > 0:
+                    await trio.sleep(delay)  # a simulated call's time: a dropped one ends here
+                self.stats.model_calls += 1
+                self._thoughts[intent] = (kind, key, self.now_ms())
+                self._show_doing()
+                self._log.info("thinking", kind=kind, about=key[:10])
+                started = time.monotonic()
+                try:
+                    if self._think_in_thread:
+                        body, unavailable, tokens = await trio.to_thread.run_sync(
+                            _compose_here, intent, tree, backend, self.me, drop)
+                    else:
+                        body, unavailable, tokens = _compose_here(intent, tree, backend, self.me, drop)
+                except CallDropped:
+                    scope.cancel()
+            if scope.cancelled_caught or drop.is_set():
+                self.stats.model_calls_dropped += 1
+                self._log.info("thought dropped: no longer wanted", kind=kind, about=key[:10],
+                               seconds=round(time.monotonic() - started, 2))
+                return
             seconds = time.monotonic() - started
             self._note_model_reach(unavailable)
             self._log.info("thought", kind=kind, about=key[:10], seconds=round(seconds, 2), tokens=tokens,
@@ -159,6 +191,7 @@ class MemberActing:
                 except HoldingStill:
                     pass
         finally:
+            self._drops.pop(intent, None)
             self._thoughts.pop(intent, None)
             self._show_doing()
             self.changed.set()
@@ -168,11 +201,20 @@ class MemberActing:
         self.doing = min((t for t in self._thoughts.values() if t is not None), key=lambda t: t[2], default=None)
 
 
-def _compose_here(intent: Intent, tree: PlanTree, backend: Backend, me: Me) -> tuple[EventBody | None, str | None, int]:
+def _compose_here(intent: Intent, tree: PlanTree, backend: Backend, me: Me,
+                  drop: threading.Event) -> tuple[EventBody | None, str | None, int]:
     """``compose`` on the calling thread, with what this call alone saw: whether the model could
-    be reached (None: it was) and the tokens it drew (other calls may run beside it on other threads)."""
+    be reached (None: it was) and the tokens it drew (other calls may run beside it on other threads).
+    ``CallDropped`` once ``drop`` is set, where the backend can give up under way."""
     tokens_here = getattr(backend, "tokens_here", None)
     before = tokens_here() if tokens_here is not None else int(getattr(backend, "tokens", 0) or 0)
-    body = compose(intent, tree, backend, me)
+    drop_when = getattr(backend, "drop_when", None)
+    if drop_when is not None:
+        drop_when(drop)
+    try:
+        body = compose(intent, tree, backend, me)
+    finally:
+        if drop_when is not None:
+            drop_when(None)  # the worker thread is reused: the next call on it must not see this one's drop
     after = tokens_here() if tokens_here is not None else int(getattr(backend, "tokens", 0) or 0)
     return body, getattr(backend, "unavailable", None), after - before

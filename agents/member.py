@@ -20,6 +20,7 @@ lost, other members' periodic pulls fetch them.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -99,6 +100,7 @@ class MemberStats:
     reorganisations: int = 0
     folds: int = 0  # trees folded: at most one per batch of gossip taken together
     model_calls: int = 0
+    model_calls_dropped: int = 0  # calls given up under way: the tree no longer wanted their answer
     store_errors: int = 0  # writes the store refused (a full disk): nothing was acknowledged
 
 
@@ -187,6 +189,7 @@ class Member(MemberSync, MemberActing):
         self._asked_pull: dict[str, float] = {}  # peer -> trio time its status last asked for a pull
         self.news_at = float("-inf")  # trio time this member last stored an event new to it
         self._thoughts: dict[Intent, tuple[str, str, int] | None] = {}  # model calls under way: what, since when
+        self._drops: dict[Intent, tuple[trio.CancelScope, threading.Event]] = {}  # how to drop each of them
         self._model_down_until = 0.0  # trio time before which no model work starts (it was unreachable)
         self._model_failures = 0  # calls in a row that could not reach the model
         self._done: set[Intent] = set()

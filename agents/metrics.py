@@ -35,6 +35,8 @@ _COUNTERS = {
     "sync_bytes_out": "frame bytes sent in sync conversations (pulls and serves)",
     "reorganisations": "times a decision this member showed changed (must stay 0)",
     "model_calls": "model calls started",
+    "model_calls_dropped": "model calls given up under way because the tree no longer wanted their answer "
+                           "(the node was decided, the claim lost)",
     "store_errors": "writes the store refused",
     "own_stalls": "stalls of this process noticed (a tick woke over a second late): liveness probes across them do not count",
     "liveness_kept": "peers that left two liveness probes unanswered but were heard from between them, so kept",

@@ -167,9 +167,9 @@ def plan_run(shared: bool, parallel: int | None = None) -> tuple[float, float, s
 
 def swarm_plans() -> None:
     print("\n## swarm plan with the shared service against one model per member (9 members, 2 cores)")
-    print("| model | wall (s) | model calls | tokens | tokens/s (whole swarm) | peak memory, PSS of all processes "
-          "(MB) | outcome |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+    print("| model | wall (s) | model calls | calls dropped unfinished | tokens | tokens/s (whole swarm) "
+          "| peak memory, PSS of all processes (MB) | outcome |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     rows = {}
     for name, shared, parallel in (("one per member", False, None),
                                    ("one shared service, one call at a time per member", True, 1),
@@ -177,7 +177,8 @@ def swarm_plans() -> None:
         wall, pss, outcome, usage = plan_run(shared, parallel)
         tokens = int(usage.get("tokens", 0))
         rows[name] = (wall, tokens / wall, pss)
-        print(f"| {name} | {wall:.0f} | {usage.get('calls', '?')} | {tokens} | {tokens / wall:.1f} | {pss:,.0f} "
+        print(f"| {name} | {wall:.0f} | {usage.get('calls', '?')} | {usage.get('dropped', '?')} | {tokens} "
+              f"| {tokens / wall:.1f} | {pss:,.0f} "
               f"| {outcome} |", flush=True)
     # the plans are not the same text (sampling differs), so tokens/s compares the work, wall the wait
     per_member, one_call, shared = rows.values()

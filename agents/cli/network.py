@@ -84,7 +84,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
     if backend is not None:
         log.info("model usage", backend=backend.name, model=backend.model, calls=getattr(backend, "calls", 0),
                  tokens=getattr(backend, "tokens", 0), seconds=round(getattr(backend, "seconds", 0.0), 2),
-                 vague_retries=getattr(backend, "vague_retries", 0), vague_answers=getattr(backend, "vague_answers", 0))
+                 vague_retries=getattr(backend, "vague_retries", 0), vague_answers=getattr(backend, "vague_answers", 0),
+                 dropped=members[0].stats.model_calls_dropped if members else 0)
     return 0
 
 

@@ -149,7 +149,8 @@ def start_model_service(log_path: Path, model: str | None, threads: int, timeout
 
 def model_usage(procs: list[Proc]) -> dict[str, int | float]:
     """Sum the "model usage" line each member logs when it stops."""
-    total: dict[str, int | float] = {"calls": 0, "tokens": 0, "seconds": 0.0, "vague_retries": 0, "vague_answers": 0}
+    total: dict[str, int | float] = {"calls": 0, "tokens": 0, "seconds": 0.0, "vague_retries": 0, "vague_answers": 0,
+                                     "dropped": 0}
     for proc in procs:
         log_file = proc.data_dir / "agent.log"
         if not log_file.exists():
@@ -253,7 +254,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - started
     usage = model_usage(procs)
     if usage["calls"]:
-        print(f"model: {usage['calls']} calls, {usage['tokens']} tokens generated in {elapsed:.0f} s "
+        dropped = f" (and {usage['dropped']} dropped unfinished: no longer wanted)" if usage["dropped"] else ""
+        print(f"model: {usage['calls']} calls{dropped}, {usage['tokens']} tokens generated in {elapsed:.0f} s "
               f"({usage['tokens'] / elapsed:.1f} tokens/s for the whole swarm)")
     plan_file = out / "plan.json"
     if plan_file.exists():

@@ -67,6 +67,14 @@ class LLMError(RuntimeError):
     """A backend could not answer (model missing, call failed, output unusable)."""
 
 
+class CallDropped(Exception):
+    """The member dropped this call while the model was still answering: the tree no longer
+    wants its answer (the node it would split or vote on was decided, the claim it would answer
+    was lost). Deliberately not an ``LLMError``: no retry, failure event or back-off may treat
+    it as a bad answer. A backend raises it at its next check (a streamed chunk, a retry) once
+    the event given to ``PromptedBackend.drop_when`` is set."""
+
+
 class ModelUnavailable(LLMError):
     """The model cannot be reached at all (its service is down or restarting), as opposed to one bad
     answer: asking again at once is pointless, so a member waits and tries later."""

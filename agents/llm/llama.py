@@ -6,7 +6,7 @@ control characters in strings, and numeric ranges are written as ``enum``
 (``minimum``/``maximum`` are ignored). Every answer must end with
 ``finish_reason == "stop"`` (``"length"`` means cut-off JSON); a bad answer is
 retried with the error fed back (``prompted.py``), at most ``retries`` times. A call that runs past ``timeout_s`` is abandoned (tokens are streamed, so it can
-be). One generation at a time per backend (a lock), ``n_threads`` set
+be), and so is one the member drops (``PromptedBackend.drop_when``). One generation at a time per backend (a lock), ``n_threads`` set
 explicitly: several members on one machine must not oversubscribe the cores.
 """
 
@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any
 
-from agents.llm.base import LLMError
+from agents.llm.base import CallDropped, LLMError
 from agents.llm.model_files import ModelFile, ModelFileError, resolve
 from agents.llm.prompted import PromptedBackend, trim_cut
 
@@ -75,6 +75,8 @@ class LlamaBackend(PromptedBackend):
                 choice = chunk["choices"][0]
                 text.append(choice["delta"].get("content") or "")
                 finish = choice.get("finish_reason") or finish
+                if self._dropped():  # the member no longer wants it: free the model for the next call
+                    raise CallDropped(f"dropped after {len(text)} chunks")
                 if time.monotonic() > deadline:
                     raise LLMError(f"the model took longer than {self.timeout_s:g} s")
         self._used(len(self._llama.tokenize("".join(text).encode(), add_bos=False)), time.monotonic() - started)

@@ -5,19 +5,22 @@ the server wants one, comes from ``SWARM_LLM_API_KEY`` (never from a flag, so it
 stays out of process listings and logs). Structured answers ask for
 ``response_format: json_schema`` (OpenAI's form); a server that rejects it (as
 ``llama_cpp.server`` 0.3.36 does) is asked with ``json_object`` plus ``schema``,
-its own form, from then on. The prompts, retries and deterministic checks are the
+its own form, from then on. Answers are streamed (``"stream": true``), so a
+call the member drops (``PromptedBackend.drop_when``) hangs up between two tokens
+and the server stops drawing them. The prompts, retries and deterministic checks are the
 same as for the local model (``prompted.py``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
 
 import httpx
 
-from agents.llm.base import LLMError, ModelUnavailable
+from agents.llm.base import CallDropped, LLMError, ModelUnavailable
 from agents.llm.prompted import PromptedBackend, trim_cut
 
 API_KEY_VARIABLE = "SWARM_LLM_API_KEY"
@@ -39,6 +42,7 @@ class OpenAIBackend(PromptedBackend):
         self.seed = seed  # each member's own, so members asking the same question need not answer alike
         self.retries = retries
         headers = {"Authorization": f"Bearer {key}"} if (key := os.environ.get(API_KEY_VARIABLE)) else {}
+        self.timeout_s = timeout_s  # for a whole answer; httpx's timeout is per read, between chunks
         self._client = httpx.Client(timeout=timeout_s, headers=headers)
         self._schema_forms = ["json_schema", "json_object"]  # the first one the server accepts stays first
         self._asked = 0  # calls sent: each draws the next seed
@@ -49,7 +53,7 @@ class OpenAIBackend(PromptedBackend):
             self._asked += 1
             seed = (self.seed + self._asked - 1) % 2**31
         body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_tokens,
-                                "temperature": 0.2, "seed": seed}
+                                "temperature": 0.2, "seed": seed, "stream": True}
         started = time.monotonic()
         while True:
             form = self._schema_forms[0]
@@ -59,7 +63,11 @@ class OpenAIBackend(PromptedBackend):
                     if form == "json_schema" else {"type": "json_object", "schema": schema}
                 )
             try:
-                response = self._client.post(f"{self.url}/chat/completions", json=body)
+                with self._client.stream("POST", f"{self.url}/chat/completions", json=body) as response:
+                    if response.status_code == 200:
+                        answer = self._read_stream(response, started)
+                        break
+                    response.read()
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
                     httpx.WriteError) as exc:
                 raise ModelUnavailable(f"cannot reach the model server at {self.url}: {exc!r}") from None
@@ -68,25 +76,50 @@ class OpenAIBackend(PromptedBackend):
             rejected_form = schema is not None and response.status_code in (400, 422, 500) \
                 and "response_format" in response.text and form != self._schema_forms[-1]
             if not rejected_form:
-                break
+                if response.status_code in (502, 503):
+                    raise ModelUnavailable(f"the model server at {self.url} is not ready ({response.status_code})")
+                raise LLMError(f"the model server answered {response.status_code}: {response.text[:300]}")
             with self._totals:  # another call may have learned it already: drop the form once
                 if self._schema_forms[0] == form and len(self._schema_forms) > 1:
                     self._schema_forms.pop(0)
-        if response.status_code in (502, 503):
-            raise ModelUnavailable(f"the model server at {self.url} is not ready ({response.status_code})")
-        if response.status_code != 200:
-            raise LLMError(f"the model server answered {response.status_code}: {response.text[:300]}")
-        try:
-            choice = response.json()["choices"][0]
-            text = choice["message"]["content"] or ""
-            finish = choice.get("finish_reason")
-            usage = response.json().get("usage") or {}
-            served_by = response.json().get("model")
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise LLMError(f"the model server's answer is not an OpenAI chat completion: {exc!r}") from None
-        self._used(int(usage.get("completion_tokens") or 0), time.monotonic() - started)
-        if not self._named and isinstance(served_by, str) and served_by:
+        text, finish, tokens, served_by = answer
+        self._used(tokens, time.monotonic() - started)
+        if not self._named and served_by:
             self.model = served_by[:100]  # recorded in events and plan.json: which model answered
         if finish != "stop" and not (allow_cut and finish == "length"):
             raise LLMError(f"the answer was cut off (finish_reason {finish!r})")
         return trim_cut(text) if finish == "length" else text
+
+    def _read_stream(self, response: httpx.Response, started: float) -> tuple[str, str | None, int, str | None]:
+        """The streamed answer's text, finish reason, completion tokens (the server's usage where it
+        says, else one a chunk) and model name. Checked between chunks: a dropped call
+        (``drop_when``) hangs up at once, which tells the server to stop drawing its tokens, and
+        a call past ``timeout_s`` in all is given up the same way."""
+        pieces: list[str] = []
+        finish: str | None = None
+        chunks, usage, served_by = 0, None, None
+        for line in response.iter_lines():
+            if self._dropped():
+                raise CallDropped(f"dropped after {chunks} chunks")
+            if time.monotonic() - started > self.timeout_s:
+                raise LLMError(f"the model server took longer than {self.timeout_s:g} s")
+            if not line.startswith("data:"):
+                continue  # blank separators, comments, other SSE fields
+            data = line.removeprefix("data:").strip()
+            if data == "[DONE]":
+                break
+            try:
+                event = json.loads(data)
+                if event.get("error"):
+                    raise LLMError(f"the model server failed mid-answer: {str(event['error'])[:300]}")
+                served_by = event.get("model") if isinstance(event.get("model"), str) else served_by
+                usage = event.get("usage") or usage
+                for choice in event.get("choices") or ():
+                    if content := (choice.get("delta") or {}).get("content"):
+                        pieces.append(content)
+                        chunks += 1
+                    finish = choice.get("finish_reason") or finish
+            except (ValueError, AttributeError, TypeError) as exc:
+                raise LLMError(f"the model server's stream is not OpenAI chat completion chunks: {exc!r}") from None
+        tokens = int(usage.get("completion_tokens") or 0) if isinstance(usage, dict) else chunks
+        return "".join(pieces), finish, tokens, served_by

@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from agents.llm.base import (
+    CallDropped,
     DecomposeRequest,
     ExecuteRequest,
     LLMError,
@@ -96,6 +97,18 @@ class PromptedBackend:
         """Why this thread's last call could not reach the model at all (None: it was reached)."""
         return getattr(self._here, "unavailable", None)
 
+    def drop_when(self, drop: threading.Event | None) -> None:
+        """Calls made on this thread from now on give up (``CallDropped``) once ``drop`` is set:
+        before each try, and between the tokens of a streamed answer. None: never. The caller
+        sets it back to None after its call: worker threads are reused, and a set event left
+        behind would drop the next call made on the thread."""
+        self._here.drop = drop
+
+    def _dropped(self) -> bool:
+        """True once this thread's call is no longer wanted (``drop_when``)."""
+        drop = getattr(self._here, "drop", None)
+        return drop is not None and drop.is_set()
+
     def tokens_here(self) -> int:
         """Tokens drawn so far by calls made on this thread."""
         return getattr(self._here, "tokens", 0)
@@ -119,6 +132,8 @@ class PromptedBackend:
               allow_cut: bool = False) -> str:
         """``_generate``, remembering whether the model could be reached (``unavailable``)."""
         self._here.unavailable = None  # reached unless this call says otherwise (a bad answer is still an answer)
+        if self._dropped():
+            raise CallDropped("dropped before it was sent")
         try:
             return self._generate(messages, schema, max_tokens, allow_cut)
         except ModelUnavailable as exc:

@@ -5,7 +5,8 @@ It speaks the part of the OpenAI chat API the members use (``--llm openai
 ``messages``, ``max_tokens``, ``temperature``, ``seed`` and a JSON schema in
 ``response_format`` (OpenAI's ``json_schema`` form or llama.cpp's
 ``json_object`` + ``schema``), answered whole or, with ``"stream": true``, as
-server-sent ``chat.completion.chunk`` events while the tokens are drawn. ``GET
+server-sent ``chat.completion.chunk`` events while the tokens are drawn (the last
+with the ``usage``; an SSE comment every half second while none come). ``GET
 /health`` says how busy it is (503 once the model's worker has stopped); ``GET
 /v1/models`` names the model.
 
@@ -262,10 +263,11 @@ def _handler_for(service: ModelService) -> type[BaseHTTPRequestHandler]:
             chunk_id = f"chatcmpl-{id(future):x}"
             decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a token may end mid-character
 
-            def event(delta: dict[str, str], finish: str | None) -> None:
+            def event(delta: dict[str, str], finish: str | None, **extra: Any) -> None:
                 self.wfile.write(b"data: " + json.dumps({
                     "id": chunk_id, "object": "chat.completion.chunk", "created": int(time.time()),
                     "model": service.name, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                    **extra,
                 }).encode() + b"\n\n")
                 self.wfile.flush()
 
@@ -277,6 +279,10 @@ def _handler_for(service: ModelService) -> type[BaseHTTPRequestHandler]:
                     except queue.Empty:
                         if _hung_up(self.connection):
                             raise BrokenPipeError from None
+                        # an SSE comment while the request waits for a slot or its prompt: a client
+                        # that dropped the call reads it, sees it is dropped and hangs up
+                        self.wfile.write(b": waiting\n\n")
+                        self.wfile.flush()
                         continue
                     if piece is None:
                         break
@@ -290,7 +296,9 @@ def _handler_for(service: ModelService) -> type[BaseHTTPRequestHandler]:
                     return
                 if tail := decoder.decode(b"", final=True):
                     event({"content": tail}, None)
-                event({}, completion.finish_reason)
+                event({}, completion.finish_reason, usage={  # where OpenAI puts it (stream_options.include_usage)
+                    "prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens,
+                    "total_tokens": completion.prompt_tokens + completion.completion_tokens})
                 self.wfile.write(b"data: [DONE]\n\n")
                 service.count(True)
                 log.info("answered", tokens=completion.completion_tokens, prompt_tokens=completion.prompt_tokens,

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
-from agents.llm.base import DecomposeRequest, ExecuteRequest, ScoreRequest
+from agents.llm.base import CallDropped, DecomposeRequest, ExecuteRequest, ScoreRequest
 from agents.llm.llama import LlamaBackend, grammar_for
 from agents.llm.prompted import SCORE_SCHEMA, SPLIT_SCHEMA
 
@@ -47,3 +51,29 @@ def test_the_model_splits_a_goal_into_valid_subgoals_and_answers_a_leaf(model: L
     answer = model.execute(ExecuteRequest(GOAL, (GOAL, split.subgoals[0].title), split.subgoals[0].description))
     assert answer.strip()
     assert model.calls >= 2 and model.tokens > 0
+
+
+@pytest.mark.llm
+def test_a_dropped_call_stops_between_two_tokens_and_frees_the_model(model: LlamaBackend) -> None:
+    drop = threading.Event()
+    messages = [{"role": "user", "content": "Write a very long essay about the history of Japan."}]
+
+    def call() -> str:
+        model.drop_when(drop)
+        try:
+            return model._generate(messages, None, 1000, allow_cut=True)
+        finally:
+            model.drop_when(None)
+
+    with ThreadPoolExecutor(1) as thread:
+        dropped = thread.submit(call)
+        time.sleep(2)  # loading the prompt and drawing the first tokens
+        drop.set()
+        dropped_at = time.monotonic()
+        with pytest.raises(CallDropped, match="dropped after"):
+            dropped.result(60)
+        assert time.monotonic() - dropped_at < 1.5, "the model went on past the drop"
+        calls = model.calls
+        assert thread.submit(model._generate, [{"role": "user", "content": "Name a city in Japan."}], None, 10,
+                             True).result(60)  # the same thread, the model's lock free again
+    assert model.calls == calls + 1

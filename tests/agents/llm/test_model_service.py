@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,7 +14,7 @@ import httpx
 import pytest
 
 from agents.cli.plan import free_port, start_model_service, swarm_command
-from agents.llm.base import ModelUnavailable
+from agents.llm.base import CallDropped, ModelUnavailable
 from agents.llm.openai_compat import OpenAIBackend
 from agents.llm.prompted import SCORE_SCHEMA, SYSTEM
 
@@ -87,6 +88,44 @@ def test_a_request_past_its_timeout_is_abandoned_without_holding_up_the_others(s
     assert all(a.status_code == 200 and json.loads(a.json()["choices"][0]["message"]["content"]) for a in answers)
     after = health(service)
     assert after["abandoned"] == abandoned_before + 1 and after["busy"] == 0
+
+
+def test_a_call_a_member_drops_is_stopped_by_the_service_and_the_others_go_on(service) -> None:
+    """What a member does with a call the tree no longer wants (``agents.acting._drop_moot``):
+    the backend hangs up between two tokens and the service stops drawing them."""
+    backend, drop = OpenAIBackend(service, timeout_s=120, retries=0), threading.Event()
+    long = [{"role": "user", "content": "Write a very long essay about the history of Japan."}]
+
+    def dropped_call() -> str:
+        backend.drop_when(drop)
+        try:
+            return backend._generate(long, None, 1000, allow_cut=True)
+        finally:
+            backend.drop_when(None)
+
+    before = health(service)
+    with ThreadPoolExecutor(2) as pool:
+        call = pool.submit(dropped_call)
+        other = pool.submit(httpx.post, f"{service}/chat/completions", json=score_request("a party"), timeout=120)
+        deadline = time.monotonic() + 60
+        while health(service)["tokens"] - before["tokens"] < 10:  # both are being decoded
+            assert time.monotonic() < deadline, "the service drew no tokens"
+            time.sleep(0.2)
+        drop.set()
+        dropped_at = time.monotonic()
+        with pytest.raises(CallDropped):
+            call.result(30)
+        assert time.monotonic() - dropped_at < 2
+        answer = other.result(120)
+    assert answer.status_code == 200 and json.loads(answer.json()["choices"][0]["message"]["content"])
+    deadline = time.monotonic() + 10
+    while (after := health(service))["abandoned"] == before["abandoned"] or after["busy"]:
+        assert time.monotonic() < deadline, f"the service never stopped the dropped call: {after}"
+        time.sleep(0.2)
+    assert after["abandoned"] == before["abandoned"] + 1
+    drawn = after["tokens"] - before["tokens"] - answer.json()["usage"]["completion_tokens"]
+    assert drawn < 500, f"the dropped call drew {drawn} of its 1,000 tokens"
+    assert backend.calls == 0
 
 
 def test_a_streamed_answer_arrives_in_chunks_that_join_into_the_grammar_bound_json(service) -> None:

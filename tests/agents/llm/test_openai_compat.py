@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
 
 from agents.cli.plan import free_port
-from agents.llm.base import DecomposeRequest, LLMError, ScoreRequest
+from agents.llm.base import CallDropped, DecomposeRequest, LLMError, ScoreRequest
 from agents.llm.model_files import default_model
 from agents.llm.openai_compat import OpenAIBackend
 
@@ -61,3 +65,134 @@ def test_an_unreachable_server_is_a_clear_error() -> None:
 def test_the_openai_backend_needs_a_url() -> None:
     with pytest.raises(LLMError, match="needs --llm-url"):
         OpenAIBackend(None)
+
+
+# --- streaming, against a scripted server on a real socket -------------------------------------
+
+class ScriptedStream:
+    """A one-route HTTP server that answers each POST with a scripted server-sent stream: every
+    item of ``script`` is written and flushed after ``gap`` seconds. It records how many items it
+    wrote before the client hung up (``hung_up_after``, None while it has not)."""
+
+    def __init__(self, script: list[bytes], gap: float = 0.0, status: int = 200) -> None:
+        self.script, self.gap, self.status = script, gap, status
+        self.written = 0
+        self.hung_up = threading.Event()
+        self.hung_up_after: int | None = None
+        self.bodies: list[dict] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                outer.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(outer.status)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                try:
+                    for item in outer.script:
+                        time.sleep(outer.gap)
+                        self.wfile.write(item)
+                        self.wfile.flush()
+                        outer.written += 1
+                except (BrokenPipeError, ConnectionResetError):
+                    outer.hung_up_after = outer.written
+                    outer.hung_up.set()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def chunk(content: str | None = None, finish: str | None = None, **extra) -> bytes:
+    delta = {"content": content} if content is not None else {}
+    return b"data: " + json.dumps({"object": "chat.completion.chunk", "model": "scripted-server",
+                                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                                   **extra}).encode() + b"\n\n"
+
+
+def generate_on_a_thread(backend: OpenAIBackend, drop: threading.Event | None = None, **kwargs) -> Future:
+    """``_generate`` on a worker thread, as a member calls it, dropped when ``drop`` is set."""
+    def call() -> str:
+        backend.drop_when(drop)
+        try:
+            return backend._generate([{"role": "user", "content": "hi"}], kwargs.pop("schema", None),
+                                     kwargs.pop("max_tokens", 50), **kwargs)
+        finally:
+            backend.drop_when(None)
+    return ThreadPoolExecutor(1).submit(call)
+
+
+def test_a_streamed_answer_is_joined_and_its_usage_and_model_read() -> None:
+    server = ScriptedStream([chunk(""), chunk('{"a":'), b": a comment\n\n", chunk(" 1}"),
+                             chunk(None, "stop", usage={"completion_tokens": 7}), b"data: [DONE]\n\n"])
+    try:
+        backend = OpenAIBackend(server.url, timeout_s=10)
+        assert generate_on_a_thread(backend).result(10) == '{"a": 1}'
+        assert backend.tokens == 7 and backend.calls == 1 and backend.model == "scripted-server"
+        assert server.bodies[0]["stream"] is True
+        server.script = [chunk("one"), chunk(" two"), chunk(None, "stop"), b"data: [DONE]\n\n"]  # no usage
+        assert generate_on_a_thread(backend).result(10) == "one two" and backend.tokens == 7 + 2  # a chunk a token
+    finally:
+        server.close()
+
+
+def test_a_dropped_call_hangs_up_between_two_tokens_and_the_server_sees_it() -> None:
+    server = ScriptedStream([chunk(f"t{i} ") for i in range(500)] + [chunk(None, "stop"), b"data: [DONE]\n\n"],
+                            gap=0.02)
+    try:
+        backend, drop = OpenAIBackend(server.url, timeout_s=30), threading.Event()
+        call = generate_on_a_thread(backend, drop)
+        deadline = time.monotonic() + 10
+        while server.written < 5:
+            assert time.monotonic() < deadline, "the scripted server never streamed"
+            time.sleep(0.01)
+        drop.set()
+        dropped_at = time.monotonic()
+        with pytest.raises(CallDropped):
+            call.result(5)
+        assert time.monotonic() - dropped_at < 1.0
+        assert server.hung_up.wait(5), "the server never saw the client hang up"
+        assert server.hung_up_after is not None and server.hung_up_after < 40, server.hung_up_after
+        assert backend.calls == 0  # nothing answered, nothing counted
+    finally:
+        server.close()
+
+
+def test_a_dropped_call_still_waiting_for_its_first_token_hangs_up_on_the_services_keepalive() -> None:
+    server = ScriptedStream([chunk(None)] + [b": waiting\n\n"] * 100 + [chunk("late"), chunk(None, "stop")],
+                            gap=0.1)
+    try:
+        backend, drop = OpenAIBackend(server.url, timeout_s=30), threading.Event()
+        call = generate_on_a_thread(backend, drop)
+        time.sleep(0.5)
+        drop.set()
+        with pytest.raises(CallDropped):
+            call.result(2)
+        assert server.hung_up.wait(5) and server.hung_up_after is not None and server.hung_up_after < 20
+    finally:
+        server.close()
+
+
+def test_a_stream_that_fails_or_is_cut_off_is_a_clear_error() -> None:
+    server = ScriptedStream([chunk("{"), b'data: {"error": {"message": "the model worker stopped"}}\n\n'])
+    try:
+        backend = OpenAIBackend(server.url, timeout_s=10)
+        with pytest.raises(LLMError, match=r"failed mid-answer.*the model worker stopped"):
+            generate_on_a_thread(backend).result(10)
+        server.script = [chunk("Kyoto has"), chunk(None, "length"), b"data: [DONE]\n\n"]
+        with pytest.raises(LLMError, match="cut off"):
+            generate_on_a_thread(backend).result(10)
+        assert generate_on_a_thread(backend, allow_cut=True).result(10) == "Kyoto has"
+        server.script = [b"data: {not json\n\n"]
+        with pytest.raises(LLMError, match="not OpenAI chat completion chunks"):
+            generate_on_a_thread(backend).result(10)
+    finally:
+        server.close()

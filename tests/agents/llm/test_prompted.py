@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from agents.llm.base import ModelUnavailable
+from agents.llm.base import CallDropped, ExecuteRequest, ModelUnavailable, ScoreRequest
 from agents.llm.prompted import PromptedBackend
 
 
@@ -47,3 +47,26 @@ def test_calls_on_two_threads_each_see_their_own_reach_and_tokens() -> None:
         thread.join(20)
     assert seen == {"down": ("the server went away", 0), "7": (None, 7)}
     assert (backend.calls, backend.tokens, backend.seconds) == (1, 7, pytest.approx(0.5))
+
+
+class _DroppedInside(PromptedBackend):
+    """A model whose every answer is dropped while it is drawn (the member's drop was set)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent = 0
+
+    def _generate(self, messages, schema, max_tokens, allow_cut=False) -> str:
+        self.sent += 1
+        raise CallDropped("dropped after 3 tokens")
+
+
+def test_a_dropped_call_is_not_retried_nor_counted_as_a_bad_answer() -> None:
+    backend = _DroppedInside()
+    with pytest.raises(CallDropped):
+        backend.score(ScoreRequest("g", ("g",), "s", ("a", "b")))
+    with pytest.raises(CallDropped):
+        backend.execute(ExecuteRequest("g", ("g", "leaf"), ""))
+    assert backend.sent == 2  # one try each: retries are for unusable answers
+    assert (backend.vague_retries, backend.vague_answers, backend.calls) == (0, 0, 0)
+    assert backend.unavailable is None  # the model was reached: no back-off follows a drop
