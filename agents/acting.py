@@ -67,11 +67,14 @@ class MemberActing:
                     "returned them; signing now would fork this member's feed. If no peer ever holds them, "
                     "re-admit this member under a new key (swarm admit CLUSTER_DIR --role ROLE --data-dir NEW_DIR)",
                     head_seq=self.own.missing[0], stored_seq=self.own.author.seq)
-        while True:
-            self.changed = trio.Event()
-            if not await self._act_once(policy, nursery):
-                with trio.move_on_after(ACT_INTERVAL):
-                    await self.changed.wait()
+        try:
+            while True:
+                self.changed = trio.Event()
+                if not await self._act_once(policy, nursery):
+                    with trio.move_on_after(ACT_INTERVAL):
+                        await self.changed.wait()
+        finally:
+            self._drop_moot(())  # stopping: a call on a worker thread would otherwise run to its end
 
     async def _act_once(self, policy, nursery: trio.Nursery) -> bool:
         """Carry out what the policy says now: start model calls up to ``Me.at_once`` under way,
@@ -109,13 +112,13 @@ class MemberActing:
         """Drop the model calls under way whose intents are not in ``wanted`` (the policy's list
         now): what they would sign can no longer count, and a call the member may still need
         is never in this state, since a policy asks for an intent until its event is in the tree.
-        A dropped intent leaves ``_done``: if the policy ever asks for it again it is thought anew."""
+        A dropped intent leaves ``_done`` once its call has ended (``_think``): if the policy ever
+        asked for it again it would be thought anew."""
         still_wanted = set(wanted)
         for intent, (scope, drop) in list(self._drops.items()):
             if intent not in still_wanted and not drop.is_set():
                 drop.set()  # seen by the backend on its worker thread, between two tokens
                 scope.cancel()  # ends a simulated call's wait at once
-                self._done.discard(intent)
 
     def _note_model_reach(self, problem: str | None) -> None:
         """Back off while the model cannot be reached at all (its service down or restarting), and
@@ -146,11 +149,11 @@ class MemberActing:
         try:
             kind, key = latency_key(intent)
             started = time.monotonic()
+            self.stats.model_calls += 1
             with scope:
                 delay = backend.latency_s(kind, key)
                 if delay > 0:
                     await trio.sleep(delay)  # a simulated call's time: a dropped one ends here
-                self.stats.model_calls += 1
                 self._thoughts[intent] = (kind, key, self.now_ms())
                 self._show_doing()
                 self._log.info("thinking", kind=kind, about=key[:10])
@@ -163,7 +166,10 @@ class MemberActing:
                         body, unavailable, tokens = _compose_here(intent, tree, backend, self.me, drop)
                 except CallDropped:
                     scope.cancel()
+            # A drop while the worker thread ran is not a trio cancellation (the thread is never
+            # abandoned, and its outcome comes back as usual): the event says it was dropped.
             if scope.cancelled_caught or drop.is_set():
+                self._done.discard(intent)  # only now: while this call ran, it could not start again
                 self.stats.model_calls_dropped += 1
                 self._log.info("thought dropped: no longer wanted", kind=kind, about=key[:10],
                                seconds=round(time.monotonic() - started, 2))

@@ -69,6 +69,8 @@ class LlamaBackend(PromptedBackend):
         deadline = started + self.timeout_s
         text, finish = [], None
         with self._lock:
+            if self._dropped():  # dropped while another call held the model: not even its prompt is read
+                raise CallDropped("dropped before it was sent")
             stream = self._llama.create_chat_completion(messages=messages, grammar=grammar, max_tokens=max_tokens,
                                                         temperature=0.2, stream=True)
             for chunk in stream:

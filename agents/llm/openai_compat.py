@@ -65,7 +65,9 @@ class OpenAIBackend(PromptedBackend):
             try:
                 with self._client.stream("POST", f"{self.url}/chat/completions", json=body) as response:
                     if response.status_code == 200:
-                        answer = self._read_stream(response, started)
+                        streamed = response.headers.get("content-type", "").startswith("text/event-stream")
+                        # a server (or a proxy) that ignores "stream" answers whole: read it so
+                        answer = self._read_stream(response, started) if streamed else self._read_whole(response)
                         break
                     response.read()
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
@@ -90,14 +92,32 @@ class OpenAIBackend(PromptedBackend):
             raise LLMError(f"the answer was cut off (finish_reason {finish!r})")
         return trim_cut(text) if finish == "length" else text
 
+    def _read_whole(self, response: httpx.Response) -> tuple[str, str | None, int, str | None]:
+        """A completion answered whole: its text, finish reason, completion tokens and model name."""
+        response.read()
+        try:
+            whole = response.json()
+            choice = whole["choices"][0]
+            text = choice["message"]["content"] or ""
+            usage = whole.get("usage") or {}
+            served_by = whole.get("model")
+            return (str(text), choice.get("finish_reason"), int(usage.get("completion_tokens") or 0),
+                    served_by if isinstance(served_by, str) else None)
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise LLMError(f"the model server's answer is not an OpenAI chat completion: {exc!r} "
+                           f"({response.text[:120]!r})") from None
+
     def _read_stream(self, response: httpx.Response, started: float) -> tuple[str, str | None, int, str | None]:
         """The streamed answer's text, finish reason, completion tokens (the server's usage where it
         says, else one a chunk) and model name. Checked between chunks: a dropped call
         (``drop_when``) hangs up at once, which tells the server to stop drawing its tokens, and
-        a call past ``timeout_s`` in all is given up the same way."""
+        a call past ``timeout_s`` in all is given up the same way. Both are checked when a line
+        arrives: a server silent for ``timeout_s`` fails the read itself (so at worst about twice
+        ``timeout_s`` in all), and one that sends nothing while a request is queued (llama.cpp's
+        own server; ours sends a comment every half second) is hung up on at its first token."""
         pieces: list[str] = []
         finish: str | None = None
-        chunks, usage, served_by = 0, None, None
+        chunks, usage, served_by, events = 0, None, None, 0
         for line in response.iter_lines():
             if self._dropped():
                 raise CallDropped(f"dropped after {chunks} chunks")
@@ -108,6 +128,9 @@ class OpenAIBackend(PromptedBackend):
             data = line.removeprefix("data:").strip()
             if data == "[DONE]":
                 break
+            if not data:
+                continue  # an empty data line: some servers keep the connection alive so
+            events += 1
             try:
                 event = json.loads(data)
                 if event.get("error"):
@@ -115,11 +138,16 @@ class OpenAIBackend(PromptedBackend):
                 served_by = event.get("model") if isinstance(event.get("model"), str) else served_by
                 usage = event.get("usage") or usage
                 for choice in event.get("choices") or ():
-                    if content := (choice.get("delta") or {}).get("content"):
+                    content = (choice.get("delta") or {}).get("content")
+                    if content:
+                        if not isinstance(content, str):
+                            raise TypeError(f"a chunk's content is {type(content).__name__}, not text")
                         pieces.append(content)
                         chunks += 1
                     finish = choice.get("finish_reason") or finish
+                tokens = int(usage.get("completion_tokens") or 0) if isinstance(usage, dict) else chunks
             except (ValueError, AttributeError, TypeError) as exc:
                 raise LLMError(f"the model server's stream is not OpenAI chat completion chunks: {exc!r}") from None
-        tokens = int(usage.get("completion_tokens") or 0) if isinstance(usage, dict) else chunks
+        if not events:
+            raise LLMError("the model server's stream held no chunk (is it an OpenAI-compatible chat endpoint?)")
         return "".join(pieces), finish, tokens, served_by

@@ -19,7 +19,15 @@ import pytest
 import trio
 
 from agents.acting import _compose_here
-from agents.core.events import VoteBody
+from agents.core.events import (
+    AckBody,
+    ClaimBody,
+    FailureBody,
+    ProposalBody,
+    ResultBody,
+    Subgoal,
+    VoteBody,
+)
 from agents.core.fold import fold
 from agents.llm.base import CallDropped, ScoreRequest
 from agents.llm.prompted import PromptedBackend
@@ -29,7 +37,7 @@ from agents.roles import Me, Vote
 from agents.store import EventStore
 from chaos.sim.network import SimFabric, SimNetwork
 from tests.agents.test_rounds import Board
-from tests.builders import credentials
+from tests.builders import Feed, credentials, identity
 
 TOKENS = 3000  # a slow answer: 30 s of "tokens" unless dropped
 ANSWER = '{"clarity": 4, "non_overlap": 4, "coverage": 4, "reason": "fine"}'
@@ -63,9 +71,11 @@ class SlowStreamingModel(PromptedBackend):
         return ANSWER
 
 
-def _decide_while_thinking(tmp_path: Path, backend: Any, think_in_thread: bool) -> dict[str, Any]:
+def _decide_while_thinking(tmp_path: Path, backend: Any, think_in_thread: bool,
+                           hold_still: bool = False) -> dict[str, Any]:
     """A scorer member assesses a draft of the board's root; while it does, the other two
-    scorers accept the other draft. What the member did is returned."""
+    scorers accept the other draft (or, ``hold_still``, the member is told to sign nothing
+    more). What the member did is returned."""
     board = Board(tag="drop")
     me = board.others(1)[1]  # neither round 1's coordinator nor the scorer that ballots with it
     outcome: dict[str, Any] = {}
@@ -95,13 +105,15 @@ def _decide_while_thinking(tmp_path: Path, backend: Any, think_in_thread: bool) 
                        board.ballot(board.others(1)[0], candidate)]
             assert board.split() == board.w
             started = trio.current_time()
-            for event in decided:
-                network.deliver(event.to_wire())
+            if hold_still:
+                member.hold_still()
+            else:
+                for event in decided:
+                    network.deliver(event.to_wire())
             with trio.fail_after(10):
-                while member._thoughts or member.tree.nodes[board.node].split is None:
+                while member._thoughts or (member.tree.nodes[board.node].split is None and not hold_still):
                     await trio.sleep(0.01)
-            outcome["seconds"] = trio.current_time() - started
-            await trio.sleep(0.3)  # what a late publish would have signed is in the store by now
+            outcome["seconds"] = trio.current_time() - started  # a publish ends before its thought leaves
             outcome["stats"] = member.stats
             outcome["signed"] = [e for e in member.store.events() if e.author == me.peer_id]
             nursery.cancel_scope.cancel()
@@ -129,6 +141,14 @@ def test_a_simulated_vote_is_dropped_in_its_wait_once_its_node_is_decided(tmp_pa
     assert not [e for e in outcome["signed"] if isinstance(e.body, VoteBody)], "a dropped vote was signed"
 
 
+def test_a_member_told_to_hold_still_drops_its_calls_under_way(tmp_path: Path) -> None:
+    backend = SlowStreamingModel()
+    outcome = _decide_while_thinking(tmp_path, backend, think_in_thread=True, hold_still=True)
+    assert backend.tokens_drawn and backend.tokens_drawn[0] < TOKENS // 3, backend.tokens_drawn
+    assert outcome["stats"].model_calls_dropped == 1
+    assert not [e for e in outcome["signed"] if isinstance(e.body, VoteBody)]
+
+
 def test_a_drop_reaches_only_the_call_it_was_given_for() -> None:
     """Worker threads are reused: after a dropped call, the next call made on the same thread
     (through ``_compose_here`` or not) is not dropped."""
@@ -145,3 +165,91 @@ def test_a_drop_reaches_only_the_call_it_was_given_for() -> None:
         request = ScoreRequest("plan", ("plan",), "s0", ("a0", "b0"))
         scores = thread.submit(backend.score, request).result(timeout=60)
     assert scores.clarity >= 1 and backend.tokens_drawn == [20]
+
+
+class GatedModel(PromptedBackend):
+    """Answers once ``release`` is set, looking for a drop every 10 ms meanwhile; two calls at once."""
+
+    name = "gated-stand-in"
+    model = "gated"
+    parallel = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.inside = 0
+        self.dropped: list[str] = []
+        self._count = threading.Lock()
+
+    def _generate(self, messages: list[dict[str, str]], schema: dict[str, Any] | None, max_tokens: int,
+                  allow_cut: bool = False) -> str:
+        with self._count:
+            self.inside += 1
+        try:
+            while not self.release.wait(0.01):
+                if self._dropped():
+                    self.dropped.append(messages[1]["content"])
+                    raise CallDropped("dropped while waiting")
+            self._used(12, 0.1)
+            return "Book the Hoshinoya ryokan in Kyoto for three nights at 90,000 yen and confirm by email."
+        finally:
+            with self._count:
+                self.inside -= 1
+
+
+def test_of_two_leaves_under_way_only_the_one_whose_claim_was_lost_is_dropped(tmp_path: Path) -> None:
+    board = Board(tag="dropx")
+    three = board._add(Feed("dropx/d", "decomposer"), ProposalBody(node=board.node, strategy="three", subgoals=tuple(
+        Subgoal(title=t, executable=True) for t in ("Kyoto lodging", "Tokyo rail pass", "Osaka food tour"))))
+    first = board.candidate(1, three.id)
+    for s in board.scorers[:2]:
+        board.ballot(s, first)
+    backend, rival = GatedModel(), Feed("dropx/y", "executor")
+    outcome: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            fabric = SimFabric(random.Random(0), nursery)
+            member = Member(credentials("dropx/x", "executor"), EventStore.open(tmp_path / "x"),
+                            network := SimNetwork(fabric, identity("dropx/x").peer_id), backend=backend,
+                            think_in_thread=True, now_ms=lambda: 150, new_key=True)
+            assert member.own is not None and member.own.learned([], member.tree, "no peer here", 0)
+            for event in board.events:
+                network.deliver(event.to_wire())
+            network.attach(nursery)
+            await nursery.start(member.run)
+            acked: set[str] = set()
+            with trio.fail_after(20):  # grant each claim it makes, until it works on two leaves
+                while len(member._thoughts) < 2 or backend.inside < 2:
+                    for claim in [e for e in member.store.events() if isinstance(e.body, ClaimBody)]:
+                        if claim.id not in acked:
+                            acked.add(claim.id)
+                            for s in board.scorers[:2]:
+                                network.deliver(board._add(s, AckBody(leaf=claim.body.leaf, claim=claim.id,
+                                                                      epoch=claim.body.epoch)).to_wire())
+                    await trio.sleep(0.01)
+            lost, kept = sorted(member._thoughts, key=lambda i: i.leaf)
+            taken = board._add(rival, ClaimBody(leaf=lost.leaf, epoch=2))
+            for s in board.scorers[:2]:
+                board._add(s, AckBody(leaf=lost.leaf, claim=taken.id, epoch=2))
+            assert fold(board.events + list(member.store.events())).nodes[lost.leaf].executor == rival.peer_id
+            for event in board.events[-3:]:
+                network.deliver(event.to_wire())
+            with trio.fail_after(10):
+                while set(member._thoughts) != {kept}:
+                    await trio.sleep(0.01)
+            outcome["dropped"] = list(backend.dropped)
+            backend.release.set()
+            with trio.fail_after(10):
+                while member._thoughts:
+                    await trio.sleep(0.01)
+            outcome.update(lost=lost, kept=kept, stats=member.stats,
+                           signed=[e for e in member.store.events() if e.author == identity("dropx/x").peer_id])
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    kept = outcome["kept"]
+    assert len(outcome["dropped"]) == 1 and outcome["stats"].model_calls_dropped == 1
+    results = [e.body for e in outcome["signed"] if isinstance(e.body, ResultBody)]
+    assert [(r.leaf, r.claim) for r in results] == [(kept.leaf, kept.claim)]  # the other call went on
+    assert not [e for e in outcome["signed"] if isinstance(e.body, FailureBody)]

@@ -72,7 +72,7 @@ def test_a_dropped_call_stops_between_two_tokens_and_frees_the_model(model: Llam
         dropped_at = time.monotonic()
         with pytest.raises(CallDropped, match="dropped after"):
             dropped.result(60)
-        assert time.monotonic() - dropped_at < 1.5, "the model went on past the drop"
+        assert time.monotonic() - dropped_at < 10, "the model went on past the drop"  # 1,000 tokens: ~50 s
         calls = model.calls
         assert thread.submit(model._generate, [{"role": "user", "content": "Name a city in Japan."}], None, 10,
                              True).result(60)  # the same thread, the model's lock free again
