@@ -11,6 +11,7 @@ import pytest
 from agents.llm.base import CallDropped, DecomposeRequest, ExecuteRequest, ScoreRequest
 from agents.llm.llama import LlamaBackend, grammar_for
 from agents.llm.prompted import SCORE_SCHEMA, SPLIT_SCHEMA
+from tests.agents.llm.dropping import LONG_ANSWER, generate_on_a_thread
 
 GOAL = "Plan a two-week trip to Japan"
 
@@ -56,17 +57,8 @@ def test_the_model_splits_a_goal_into_valid_subgoals_and_answers_a_leaf(model: L
 @pytest.mark.llm
 def test_a_dropped_call_stops_between_two_tokens_and_frees_the_model(model: LlamaBackend) -> None:
     drop = threading.Event()
-    messages = [{"role": "user", "content": "Write a very long essay about the history of Japan."}]
-
-    def call() -> str:
-        model.drop_when(drop)
-        try:
-            return model._generate(messages, None, 1000, allow_cut=True)
-        finally:
-            model.drop_when(None)
-
     with ThreadPoolExecutor(1) as thread:
-        dropped = thread.submit(call)
+        dropped = generate_on_a_thread(model, drop, LONG_ANSWER, max_tokens=1000, allow_cut=True)
         time.sleep(2)  # loading the prompt and drawing the first tokens
         drop.set()
         dropped_at = time.monotonic()
@@ -75,5 +67,5 @@ def test_a_dropped_call_stops_between_two_tokens_and_frees_the_model(model: Llam
         assert time.monotonic() - dropped_at < 10, "the model went on past the drop"  # 1,000 tokens: ~50 s
         calls = model.calls
         assert thread.submit(model._generate, [{"role": "user", "content": "Name a city in Japan."}], None, 10,
-                             True).result(60)  # the same thread, the model's lock free again
+                             True).result(60)  # the model's lock is free again
     assert model.calls == calls + 1

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
@@ -17,6 +16,7 @@ from agents.cli.plan import free_port
 from agents.llm.base import CallDropped, DecomposeRequest, LLMError, ModelUnavailable, ScoreRequest
 from agents.llm.model_files import default_model
 from agents.llm.openai_compat import OpenAIBackend
+from tests.agents.llm.dropping import generate_on_a_thread
 
 GOAL = "Organise a wedding for 80 guests"
 
@@ -120,21 +120,6 @@ def chunk(content: str | None = None, finish: str | None = None, **extra) -> byt
     return b"data: " + json.dumps({"object": "chat.completion.chunk", "model": "scripted-server",
                                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
                                    **extra}).encode() + b"\n\n"
-
-
-def generate_on_a_thread(backend: OpenAIBackend, drop: threading.Event | None = None, **kwargs) -> Future:
-    """``_generate`` on a worker thread, as a member calls it, dropped when ``drop`` is set."""
-    def call() -> str:
-        backend.drop_when(drop)
-        try:
-            return backend._generate([{"role": "user", "content": "hi"}], kwargs.pop("schema", None),
-                                     kwargs.pop("max_tokens", 50), **kwargs)
-        finally:
-            backend.drop_when(None)
-    pool = ThreadPoolExecutor(1)
-    future = pool.submit(call)
-    pool.shutdown(wait=False)  # the thread ends with its call (each test closes its server)
-    return future
 
 
 def test_a_streamed_answer_is_joined_and_its_usage_and_model_read() -> None:
