@@ -5,7 +5,7 @@ Everything runs under one nursery (``Member.run``):
 * **receive**: gossip payloads go through the intake (verify, drift hold); new
   events are stored (durable) and indexed, and the tree is folded again;
 * **sync** (``agents.syncing``): pull from a new connection, from the next few
-  peers of a rotation every ``SYNC_INTERVAL`` (``QUIET_SYNC_INTERVAL`` once nothing new
+  peers of a rotation every ``SYNC_INTERVAL`` on average (``QUIET_SYNC_INTERVAL`` once nothing new
   has arrived for ``QUIET_AFTER``), and at once when the fold shows a
   gap in a feed; serve other members' pulls;
 * **act** (``agents.acting``; every role but the observer and the client): ask the role's policy

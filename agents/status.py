@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from agents.beats import Beats
 from agents.core.admission import Gate
 from agents.core.canonical import NotCanonicalError, canonical_bytes
 from agents.core.identity import verify
@@ -45,6 +46,10 @@ STATUS_EVERY_S = 2.0  # a member's heartbeat in a cluster of up to 2 * CLUSTER_H
 # idle savings, 2.8%
 CLUSTER_HEARTBEATS = 2.0
 STATUS_MIN_GAP_S = 0.5
+# a heartbeat comes after heartbeat_every times 1 +- this: fifty members started together beat
+# in the same second every 25 s, each status reaching every member, and saturated both cores
+# for seconds (``agents.beats``); readers call a member stale only after five heartbeats
+BEAT_JITTER = 0.5
 MIN_GAP_MS = int(STATUS_MIN_GAP_S * 1000 * 0.8)  # a peer's statuses closer than this are refused (rate)
 FRESH_MS = 60_000  # a status stamped further than this from the reader's clock is refused (stale)
 
@@ -220,12 +225,14 @@ async def publish_statuses(member: Member, network, board: StatusBoard | None = 
     goes out."""
     sent: tuple[str, str] | None = None
     last = float("-inf")
+    beats = Beats(member.credentials.identity.peer_id, "status heartbeats", BEAT_JITTER)
+    stretch = 1.0  # this heartbeat's share of ``every``: drawn anew at each send, so never in step
     while True:
         record = status_of(member, member.now_ms())
         now = trio.current_time()
         every = heartbeat_every(max(len(network.connected_peers()) + 1, len(board.latest) if board else 0))
-        if (record["doing"], record["about"]) != sent or now - last >= every:
-            sent, last = (record["doing"], record["about"]), now
+        if (record["doing"], record["about"]) != sent or now - last >= every * stretch:
+            sent, last, stretch = (record["doing"], record["about"]), now, beats.next(1.0)
             with contextlib.suppress(Exception):  # best-effort like all gossip; the next one comes soon
                 await network.publish_status(sign_status(member.credentials, record))
         await trio.sleep(STATUS_MIN_GAP_S)

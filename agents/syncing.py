@@ -6,7 +6,7 @@ conversation may run, apart from what the member does with events once they are 
 
 * each pull runs on its own task, one at a time per peer, and is dropped after
   ``PULL_DEADLINE`` without a frame (``PULL_LIMIT`` in all);
-* every ``SYNC_INTERVAL`` the member pulls from the next ``SYNC_FANOUT`` peers of a
+* every ``SYNC_INTERVAL`` on average the member pulls from the next ``SYNC_FANOUT`` peers of a
   rotation of its own, and from a new connection while fewer pulls run; once nothing new
   has reached it for ``QUIET_AFTER`` (a finished or idle plan), only every
   ``QUIET_SYNC_INTERVAL``: an idle member's pulls are most of what it costs, and find
@@ -21,8 +21,13 @@ conversation may run, apart from what the member does with events once they are 
 * pulls running at once split what they fetch (``agents.pull_claims``), so a joiner
   catching up from several peers takes each event about once, and pulls ending together
   fold once (``_fold_after``: the last to end folds, or the sync loop within
-  ``SYNC_INTERVAL``, ``sync_all`` before it returns, ``Member.close``, and
+  ``LATEST_WAKE``, ``sync_all`` before it returns, ``Member.close``, and
   ``_learned_own_feed`` before it reads the tree);
+* the sync loop wakes every ``SYNC_INTERVAL`` on average, each wake drawn apart by
+  ``WAKE_JITTER`` (``agents.beats``): members started together, or gone quiet together when a
+  plan ended, woke in the same second and pulled all at once (fifty members: 75 pulls in one
+  second every ``QUIET_SYNC_INTERVAL``, both cores saturated, and a probe gossiped then was
+  seconds late);
 * at most ``MAX_SERVING`` streams are served at once.
 """
 
@@ -34,6 +39,7 @@ from concurrent.futures import Future
 
 import trio
 
+from agents.beats import Beats
 from agents.core.events import Event, EventRefused
 from agents.decoding import Decoded, FramePipeline
 from agents.net.base import FrameTooLarge, MeteredStream, PeerStream, StreamClosed
@@ -50,6 +56,8 @@ STORE_EVERY = 4096  # synced events stored per transaction: each commit is an fs
 STORE_AFTER_S = 1.0  # and stored at least this often: other pulls leave what one holds to it
 OTHERS_MOVING_S = 1.0  # a pull ending while another moved this recently leaves the fold to it
 MAX_SERVING = 16  # sync streams served at once: each may hold one frame in reassembly
+WAKE_JITTER = 0.5  # a sync wake comes after SYNC_INTERVAL times 1 +- this (uniform): see the docstring
+LATEST_WAKE = SYNC_INTERVAL * (1 + WAKE_JITTER)  # the longest the sync loop sleeps between wakes
 
 
 class MemberSync:
@@ -345,10 +353,11 @@ class MemberSync:
         cancelled (a transport that shields its cleanup from us) holds up its own peer and no
         other."""
         last_round = trio.current_time() - QUIET_SYNC_INTERVAL  # the first round comes at the first wake
+        wakes = Beats(self.network.peer_id, "sync wakes", WAKE_JITTER)
         while True:
-            with trio.move_on_after(SYNC_INTERVAL) as wait:
+            with trio.move_on_after(wakes.next(SYNC_INTERVAL)) as wait:
                 await self.sync_now.wait()
-            self._drop_wedged_pulls()  # every SYNC_INTERVAL, quiet or not
+            self._drop_wedged_pulls()  # at every wake, quiet or not
             if self._fold_owed:  # a fold a pull left to others still moving: never more than this late
                 self._refold()
             now = trio.current_time()
@@ -419,5 +428,5 @@ class MemberSync:
                 self.network.drop(peer)
 
 
-__all__ = ["MAX_SERVING", "PULL_DEADLINE", "PULL_LIMIT", "QUIET_AFTER", "QUIET_SYNC_INTERVAL", "SYNC_FANOUT",
-           "SYNC_INTERVAL", "WEDGED_AFTER", "MemberSync"]
+__all__ = ["LATEST_WAKE", "MAX_SERVING", "PULL_DEADLINE", "PULL_LIMIT", "QUIET_AFTER", "QUIET_SYNC_INTERVAL",
+           "SYNC_FANOUT", "SYNC_INTERVAL", "WAKE_JITTER", "WEDGED_AFTER", "MemberSync"]

@@ -26,7 +26,7 @@ from agents.core.tree import PlanTree
 from agents.llm.scripted import STRATEGIES
 from agents.store import EventStore
 from agents.store.sqlite import DB_NAME
-from agents.syncing import SYNC_INTERVAL
+from agents.syncing import LATEST_WAKE
 from chaos.checkers import Verdict, check
 from chaos.checkers.finality import revocations
 from chaos.history import History, MemberHistory, Restart, Shown
@@ -149,7 +149,7 @@ class ScenarioRun:
         )
         self.history = History(scenario=scenario.name, seed=scenario.seed, shape=dict(scenario.shape),
                                quorum=scenario.quorum, convergence_bound_s=scenario.complete_within_s,
-                               show_within_s=2 * SYNC_INTERVAL + 2 * SAMPLE_S)
+                               show_within_s=2 * LATEST_WAKE + 2 * SAMPLE_S)
         self.t0 = time.monotonic()
         self.t0_wall_ms = time.time() * 1000
         self.nemesis = Nemesis(self.cluster, self._fault)

@@ -25,11 +25,13 @@ from agents.member import Member
 from agents.net.base import MAX_FRAME_BYTES, PeerStream, StreamClosed
 from agents.store import EventStore, StoreError
 from agents.syncing import (
+    LATEST_WAKE,
     PULL_DEADLINE,
     QUIET_AFTER,
     QUIET_SYNC_INTERVAL,
     SYNC_FANOUT,
     SYNC_INTERVAL,
+    WAKE_JITTER,
     WEDGED_AFTER,
 )
 from agents.syncproto import serve_pull
@@ -161,6 +163,7 @@ def test_a_member_pulls_from_a_few_peers_a_round_and_reaches_every_peer(tmp_path
     an event that only one of them holds still arrives, within one turn of the rotation. The
     watcher has nothing new all along, so its rounds are ``QUIET_SYNC_INTERVAL`` apart."""
     interval = QUIET_SYNC_INTERVAL
+    longest = QUIET_SYNC_INTERVAL + LATEST_WAKE  # a quiet round comes at the first wake past the interval
     peers = [identity(name).peer_id for name in TWENTY]
     feed = Feed("holder", "client")
     held = EventIndex()
@@ -184,16 +187,16 @@ def test_a_member_pulls_from_a_few_peers_a_round_and_reaches_every_peer(tmp_path
     opens: list[tuple[float, str]] = outcome["opens"]  # type: ignore[assignment]
     assert outcome["arrived"], "an event held by one peer of twenty never arrived"
     turn = -(-len(peers) // SYNC_FANOUT)  # rounds for the rotation to come round
-    assert outcome["arrived_after"] <= (turn + 1) * interval  # type: ignore[operator]
+    assert outcome["arrived_after"] <= (turn + 1) * longest  # type: ignore[operator]
     # steady state (after the first connections): at most SYNC_FANOUT opens in any round
-    start = opens[0][0] + SYNC_INTERVAL / 2  # past the connection's pulls; rounds come at 3 s, then 12 s apart
+    start = opens[0][0] + SYNC_INTERVAL / 2  # past the connection's pulls; the watcher never heard news: rounds 12-16.5 s apart
     windows: dict[int, int] = {}
     for at, _ in opens:
         if at >= start:
             windows[int((at - start) // interval)] = windows.get(int((at - start) // interval), 0) + 1
     assert windows and max(windows.values()) <= SYNC_FANOUT, windows
     # and within one turn of the rotation every peer is pulled from
-    first_turn = {peer for at, peer in opens if start <= at < start + turn * interval}
+    first_turn = {peer for at, peer in opens if start <= at < start + turn * longest}
     assert first_turn == set(peers)
 
 
@@ -305,10 +308,66 @@ def test_a_member_pulls_often_while_events_arrive_and_seldom_once_none_has(tmp_p
             nursery.cancel_scope.cancel()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-    assert rounds["quiet"] == [QUIET_SYNC_INTERVAL], rounds
-    assert rounds["busy"] == [SYNC_INTERVAL], rounds
-    assert rounds["after"] == [QUIET_SYNC_INTERVAL], rounds
+    for quiet in (rounds["quiet"], rounds["after"]):  # the first wake at least QUIET_SYNC_INTERVAL on
+        assert quiet and all(QUIET_SYNC_INTERVAL <= gap <= QUIET_SYNC_INTERVAL + LATEST_WAKE for gap in quiet), rounds
+    busy = rounds["busy"]
+    assert busy and all(SYNC_INTERVAL * (1 - WAKE_JITTER) <= gap <= LATEST_WAKE for gap in busy), rounds
+    assert len(busy) > 3, rounds  # never in step: the gaps differ round to round
     assert rounds["gap"] == [0.0] and rounds["filled"] == [True], rounds
+
+
+def _members_started_together(tmp_path: Path, count: int, seconds: float) -> dict[str, list[float]]:
+    """``count`` observers started at the same instant, each connected to one quiet holder, no
+    gossip: when each opened its pulls (trio time), by member."""
+    holder_id = identity("holder").peer_id
+    opens: dict[str, list[float]] = {}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            fabric = SimFabric(random.Random(0), nursery)
+            fabric.weather.loss = 1.0
+            holder = fabric.endpoint(holder_id)
+            holder.serve(_serving(EventIndex()))
+            holder.attach(nursery)
+            networks = {}
+            for i in range(count):
+                name = f"watcher-{i}"
+                network = networks[name] = CountingNetwork(fabric, identity(name).peer_id)
+                member = Member(credentials(name, "observer"), EventStore.open(tmp_path / name), network,
+                                think_in_thread=False, now_ms=_now_ms, store_in_thread=False)
+                network.attach(nursery)
+                await nursery.start(member.run)
+            for endpoint in (holder, *networks.values()):  # all at one instant
+                fabric.bring_up(endpoint)
+            await trio.sleep(seconds)
+            opens.update({name: [at for at, _ in network.opens] for name, network in networks.items()})
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    return opens
+
+
+def test_members_started_together_do_not_pull_in_step(tmp_path: Path) -> None:
+    """Fifty members started together (a lab, a bench) woke in the same second every round and
+    pulled all at once, saturating both cores: every ``QUIET_SYNC_INTERVAL`` 75 pulls within a
+    second, and a probe gossiped then was seconds late. Each member's wakes are drawn from its
+    own seeded generator: past the pulls on connecting, no second holds the pulls of more than
+    a few of ten quiet members started at one instant, each still makes about one round per
+    ``QUIET_SYNC_INTERVAL``, and the same members wake at the same times in a second run (no
+    unseeded random source)."""
+    seconds = 10 * QUIET_SYNC_INTERVAL  # nothing ever reaches them: quiet, a round at least that far apart
+    opens = _members_started_together(tmp_path / "first", 10, seconds)
+    pulling: dict[int, set[str]] = {}  # second -> the members that pulled in it (a round opens a few streams)
+    for name, times in opens.items():
+        for at in times:
+            if at >= SYNC_INTERVAL * 3:  # past the pulls on connecting
+                pulling.setdefault(int(at), set()).add(name)
+    assert max(len(names) for names in pulling.values()) <= 4, sorted(pulling.items())
+    for times in opens.values():  # a quiet member's rounds, as often as before on average
+        rounds = len({int(at) for at in times if at >= SYNC_INTERVAL * 3})
+        assert seconds / (QUIET_SYNC_INTERVAL + LATEST_WAKE) - 1 <= rounds <= seconds / QUIET_SYNC_INTERVAL + 1, times
+    again = _members_started_together(tmp_path / "second", 10, seconds)
+    assert again == opens
 
 
 def test_the_rotation_skips_no_peer_while_others_come_and_go() -> None:
