@@ -20,12 +20,17 @@ import random
 class Beats:
     """Intervals around a mean, each drawn apart (see the module's docstring)."""
 
-    def __init__(self, peer_id: str, timer: str, spread: float = 0.5) -> None:
+    def __init__(self, peer_id: str, timer: str, spread: float) -> None:
         if not 0 <= spread < 1:
             raise ValueError(f"spread {spread} must be in [0, 1): an interval must stay positive")
-        self.spread = spread
+        self._spread = spread
         self._draws = random.Random(hashlib.sha256(f"{timer}/{peer_id}".encode()).digest())
 
+    def factor(self) -> float:
+        """The next draw: a factor in [1 - spread, 1 + spread) for an interval whose mean may
+        change before it ends (a status heartbeat's follows the cluster's size)."""
+        return 1 + self._spread * (2 * self._draws.random() - 1)
+
     def next(self, mean: float) -> float:
-        """The next interval: ``mean`` times a factor in [1 - spread, 1 + spread)."""
-        return mean * (1 + self.spread * (2 * self._draws.random() - 1))
+        """The next interval: ``mean`` times the next ``factor``."""
+        return mean * self.factor()

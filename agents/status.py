@@ -232,7 +232,7 @@ async def publish_statuses(member: Member, network, board: StatusBoard | None = 
         now = trio.current_time()
         every = heartbeat_every(max(len(network.connected_peers()) + 1, len(board.latest) if board else 0))
         if (record["doing"], record["about"]) != sent or now - last >= every * stretch:
-            sent, last, stretch = (record["doing"], record["about"]), now, beats.next(1.0)
+            sent, last, stretch = (record["doing"], record["about"]), now, beats.factor()
             with contextlib.suppress(Exception):  # best-effort like all gossip; the next one comes soon
                 await network.publish_status(sign_status(member.credentials, record))
         await trio.sleep(STATUS_MIN_GAP_S)
