@@ -182,11 +182,11 @@ def propagation(members: int, count: int = 40, rate: float = PROPAGATION_RATE) -
             sent, cpu = trio.run(_publish, procs, cluster, count, rate, root)
         finally:
             stop(procs)
-        # event -> member -> when it first took it: a member can log one event "admitted" twice
-        # (two pulls from different peers running at once, each before the other stored it),
-        # and counting records, not members, called such an event seen by all, or never
-        arrival: dict[str, dict[str, float]] = {e: {} for e in sent}
-        by_sync: set[tuple[str, str]] = set()
+        # event -> member -> when it first took it, and how: a member can log one event
+        # "admitted" twice (two pulls from different peers running at once, each before the
+        # other stored it; a pull beside gossip), and counting records, not members, called such
+        # an event seen by all, or never, and one that gossip brought first a delivery sync made
+        arrival: dict[str, dict[str, tuple[float, str]]] = {e: {} for e in sent}
         for proc in procs:
             for line in (proc.data_dir / "agent.log").read_text().splitlines():
                 if '"admitted"' not in line:
@@ -195,10 +195,11 @@ def propagation(members: int, count: int = 40, rate: float = PROPAGATION_RATE) -
                 event_id = record.get("event_id")
                 if event_id in arrival:
                     at, times = datetime.fromisoformat(record["timestamp"]).timestamp(), arrival[event_id]
-                    times[proc.name] = min(at, times.get(proc.name, at))
-                    if record.get("via") == "sync":
-                        by_sync.add((proc.name, event_id))
-        complete = sorted(max(times.values()) - sent[e] for e, times in arrival.items() if len(times) == members)
+                    took = (at, str(record.get("via")))
+                    times[proc.name] = min(took, times.get(proc.name, took))
+        by_sync = [(name, e) for e, times in arrival.items() for name, (_, via) in times.items() if via == "sync"]
+        complete = sorted(max(at for at, _ in times.values()) - sent[e] for e, times in arrival.items()
+                          if len(times) == members)
         missing = len(sent) - len(complete)
         deliveries = sum(len(times) for times in arrival.values())
         cpu_ms = cpu * 1000 / deliveries if deliveries else float("nan")

@@ -40,3 +40,19 @@ def test_libp2p_records_render_as_json_and_known_noise_is_shown_once_then_counte
     assert lines[0]["logger"] == "libp2p.host.basic_host"
     assert lines[1]["event"] == "something new and worth seeing"
     assert logs.noise_counts() == {"stream-open-failed": 3}
+
+
+def test_a_graft_refused_in_backoff_is_counted_as_a_crossing_not_repeated(capsys) -> None:
+    """A GRAFT that left its sender before our PRUNE reached it is refused (the spec's answer):
+    fifty members starting on two cores logged hundreds of these warnings in their first
+    seconds. The first is shown; the rest are counted under their kind."""
+    logs.configure(json_lines=True, level="info")
+    gossip = logging.getLogger("libp2p.pubsub.gossipsub")
+    for peer in ("12D3KooWA", "12D3KooWB", "12D3KooWA"):
+        gossip.warning("GRAFT: ignoring request from %s, back off until %d", peer, 1796504318)
+    gossip.warning("GRAFT flood detected from peer 12D3KooWC for topic t, applying penalty")
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert [line["event"].split(" (repeats")[0] for line in lines] == [
+        "GRAFT: ignoring request from 12D3KooWA, back off until 1796504318",
+        "GRAFT flood detected from peer 12D3KooWC for topic t, applying penalty"]
+    assert logs.noise_counts() == {"graft-in-backoff": 3, "graft-flood": 1}
