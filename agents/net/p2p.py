@@ -82,11 +82,12 @@ DIAL_INTERVAL = 2.0
 SEEN_TTL_S = 120  # gossip message ids remembered, and validation verdicts cached, this long
 # The mesh degree (target, low, high), chosen by measurement: fifty members on this 2-core
 # machine, ``bench.swarm.propagation(50, rate=1)`` (40 probes a run), the time for a probe to
-# reach every member, pooled over runs taken in turn in one hour (stop 42's note):
-#   D=3 (2-5):   p50 176 / 332 ms, sync repairs 3 / 20, CPU per delivery 6.6 / 10.8 ms (2 runs)
-#   D=4 (3-6):   p50 203, p90 405, p99 597 ms; sync repairs 1-6, CPU 9.0-12.6 ms (6 runs)
-#   D=6 (4-8):   p50 222, p90 578, p99 942 ms; sync repairs 6-8, CPU 10.8-13.7 ms (3 runs)
-#   D=8 (6-10):  p50 234, p99 2,148 ms; sync repairs 9, CPU 15.7 ms (1 run)
+# reach every member, pooled over the runs, all taken in turn in one hour (stop 42's note;
+# sync repairs: deliveries sync brought first):
+#   D=3 (2-5):  p50 246, p90 640, p99 1,213 ms; sync repairs 3-20, CPU 6.6-10.8 ms a delivery (3 runs)
+#   D=4 (3-6):  p50 211, p90 415, p99 597 ms; sync repairs 1-6, CPU 9.0-12.6 ms (8 runs)
+#   D=6 (4-8):  p50 222, p90 578, p99 942 ms; sync repairs 6-8, CPU 10.8-13.7 ms (3 runs)
+#   D=8 (6-10): p50 234, p90 1,576, p99 2,148 ms; sync repairs 9, CPU 15.7 ms (1 run)
 # Every copy costs each receiver a read and a seen-check and each sender a write (a loopback
 # send wakes the receiving process): a wider mesh saves a hop and pays more than the hop on
 # a saturated machine; a narrower one loses more to gossip and leaves it to sync.
@@ -142,7 +143,8 @@ class Libp2pNetwork:
         # connect to (peer_book.py), so it never starts.
         self.host.get_network().auto_connector.start = _stay_stopped
         self._router = Router(
-            protocols=GOSSIP_PROTOCOLS, degree=MESH_DEGREE, degree_low=MESH_DEGREE_LOW, degree_high=MESH_DEGREE_HIGH,
+            protocols=GOSSIP_PROTOCOLS,
+            degree=MESH_DEGREE, degree_low=MESH_DEGREE_LOW, degree_high=MESH_DEGREE_HIGH,
             heartbeat_interval=1, heartbeat_initial_delay=0.1, time_to_live=30,
             gossip_window=3, gossip_history=5,
             adaptive_gossip_enabled=False, spam_protection_enabled=False,

@@ -51,8 +51,12 @@ def test_a_graft_refused_in_backoff_is_counted_as_a_crossing_not_repeated(capsys
     for peer in ("12D3KooWA", "12D3KooWB", "12D3KooWA"):
         gossip.warning("GRAFT: ignoring request from %s, back off until %d", peer, 1796504318)
     gossip.warning("GRAFT flood detected from peer 12D3KooWC for topic t, applying penalty")
+    for _ in range(2):  # a direct peer's GRAFT refused is a configuration error: always shown
+        gossip.warning("GRAFT: ignoring request from direct peer %s", "12D3KooWD")
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     assert [line["event"].split(" (repeats")[0] for line in lines] == [
         "GRAFT: ignoring request from 12D3KooWA, back off until 1796504318",
-        "GRAFT flood detected from peer 12D3KooWC for topic t, applying penalty"]
+        "GRAFT flood detected from peer 12D3KooWC for topic t, applying penalty",
+        "GRAFT: ignoring request from direct peer 12D3KooWD",
+        "GRAFT: ignoring request from direct peer 12D3KooWD"]
     assert logs.noise_counts() == {"graft-in-backoff": 3, "graft-flood": 1}
