@@ -57,9 +57,8 @@ class _NoiseFilter(logging.Filter):
         if record.name.startswith("libp2p") and record.levelno < logging.WARNING:
             return False  # some of its modules set their own loggers to INFO (auto_connector)
         first = record.getMessage().split("\n", 1)[0]
-        # the longest prefix decides (one message's prefix may begin another's)
-        matched = max((prefix for prefix in NOISE if first.startswith(prefix)), key=len, default=None)
-        kind = NOISE[matched] if matched is not None else None
+        # the longest prefix decides (one message's prefix may begin another's); none: shown
+        kind = NOISE.get(max((prefix for prefix in NOISE if first.startswith(prefix)), key=len, default=""))
         if kind is None:
             return True
         self.counts[kind] += 1
