@@ -5,8 +5,8 @@ Everything runs under one nursery (``Member.run``):
 * **receive**: gossip payloads go through the intake (verify, drift hold); new
   events are stored (durable) and indexed, and the tree is folded again;
 * **sync** (``agents.syncing``): pull from a new connection, from the next few
-  peers of a rotation every ``SYNC_INTERVAL`` on average (``QUIET_SYNC_INTERVAL`` once nothing new
-  has arrived for ``QUIET_AFTER``), and at once when the fold shows a
+  peers of a rotation every ``SYNC_INTERVAL`` on average (``QUIET_SYNC_INTERVAL`` once no pull
+  has brought anything new for ``QUIET_AFTER``), and at once when the fold shows a
   gap in a feed; serve other members' pulls;
 * **act** (``agents.acting``; every role but the observer and the client): ask the role's policy
   what to do given the tree and our hybrid clock, and carry the intents out: claims
@@ -187,7 +187,7 @@ class Member(MemberSync, MemberActing):
         self._ring_keys: dict[str, bytes] = {}  # peer -> its key in this member's rotation
         self._pull_wanted: set[str] = set()  # peers whose status says they hold more: pulled next
         self._asked_pull: dict[str, float] = {}  # peer -> trio time its status last asked for a pull
-        self.news_at = float("-inf")  # trio time this member last stored an event new to it
+        self.repaired_at = float("-inf")  # trio time a pull last brought an event new to this member
         self._thoughts: dict[Intent, tuple[str, str, int] | None] = {}  # model calls under way: what, since when
         self._drops: dict[Intent, tuple[trio.CancelScope, threading.Event]] = {}  # how to drop each of them
         self._model_down_until = 0.0  # trio time before which no model work starts (it was unreachable)
@@ -236,7 +236,8 @@ class Member(MemberSync, MemberActing):
 
     def _stored(self, events: list[Event], added: int, via: str, refold: bool) -> int:
         if added:
-            self.news_at = trio.current_time()
+            if via == "sync":  # gossip had not brought it: the rotation stays quick a while
+                self.repaired_at = trio.current_time()
             self.index.add_all(events)
             self._heap.held(added)
             if refold:
