@@ -12,8 +12,13 @@ conversation may run, apart from what the member does with events once they are 
   rotation is the repair of what gossip lost, so what gossip delivers does not quicken it:
   while gossip keeps up (an idle cluster, or a busy one whose gossip loses nothing) its pulls
   find nothing and were most of what a member cost. A pull that brings something new (gossip
-  lost it: a lossy link, a heal, a joiner) brings the short interval back; a gap in a feed
-  still pulls at once, and so do a new connection and a status saying a peer holds more.
+  lost it: a lossy link, a heal, a joiner; or one that merely beat gossip to it) brings the
+  short interval back; a gap in a feed still pulls at once, and so do a new connection and a
+  status saying a peer holds more, and a muted member or one with such peers left to pull
+  is never quiet. The price: an author's *last* event that gossip lost (no later event of
+  its shows the gap) reaches the others through statuses (its count above theirs: the next
+  of its heartbeats, ``heartbeat_every``) or the quiet rotation, not within the 3 s rounds
+  that any gossiped event used to buy.
   Measured (stop 43's note): fifty members on two cores, ``bench.swarm.propagation(50)``,
   members' CPU per delivery 8.0, 8.8, 11.5 ms (p99 702, 539, 932 ms) when every new event
   quickened the rotation, 5.6 ms (p99 355 ms) with this rule, and 12.8 ms (p99 2,759 ms) in

@@ -262,7 +262,7 @@ def test_a_member_pulls_often_while_pulls_repair_and_seldom_while_gossip_keeps_u
     anything new for ``QUIET_AFTER``, its rounds come every ``QUIET_SYNC_INTERVAL``; a pull
     that brings something (here gossip is lost, so pulls bring every event) brings back a round
     every ``SYNC_INTERVAL``. Events that gossip delivers whole do not: fifty members on two
-    cores spent a quarter of their CPU per delivery on the pulls they quickened (stop 43)."""
+    cores spent a third to a half of their CPU per delivery on the pulls they quickened (stop 43)."""
     holder_id = identity("holder").peer_id
     feed, gapped = Feed("holder", "client"), Feed("gapper", "client")
     held = EventIndex()
