@@ -275,6 +275,16 @@ def test_a_member_pulls_often_while_pulls_repair_and_seldom_while_gossip_keeps_u
         return {round(b - a, 1) for a, b in pairwise(times)}
 
     async def main() -> None:
+        async def a_minute_of_events(title: str, gossiped: bool) -> None:
+            """An event of the holder's every SYNC_INTERVAL for a minute; ``gossiped``: the
+            watcher hears each as gossip too, else only its pulls bring them."""
+            for i in range(20):
+                event = feed.at(EPOCH_MS + int(trio.current_time() * 1000), goal(f"{title} {i}", [holder_id], 1))
+                held.add_all([event])
+                if gossiped:
+                    watcher.receive(event.to_wire())
+                await trio.sleep(SYNC_INTERVAL)
+
         async with trio.open_nursery() as nursery:
             fabric = SimFabric(random.Random(0), nursery)
             fabric.weather.loss = 1.0  # no gossip: only pulls carry events
@@ -284,10 +294,7 @@ def test_a_member_pulls_often_while_pulls_repair_and_seldom_while_gossip_keeps_u
             fabric.bring_up(holder)
             await trio.sleep(10 * QUIET_SYNC_INTERVAL)
             busy_from = trio.current_time()
-            for i in range(20):  # an event every SYNC_INTERVAL for a minute
-                held.add_all([feed.at(EPOCH_MS + int(trio.current_time() * 1000),
-                                      goal(f"Goal number {i}", [holder_id], 1))])
-                await trio.sleep(SYNC_INTERVAL)
+            await a_minute_of_events("Goal number", gossiped=False)
             busy_until = trio.current_time()
             await trio.sleep(QUIET_AFTER + 10 * QUIET_SYNC_INTERVAL)
             assert len(watcher.index) == 20
@@ -297,11 +304,7 @@ def test_a_member_pulls_often_while_pulls_repair_and_seldom_while_gossip_keeps_u
                                             trio.current_time())))
             # quiet, and gossip brings every event, in order: the rounds stay quiet
             gossip_from = trio.current_time()
-            for i in range(20):
-                event = feed.at(EPOCH_MS + int(trio.current_time() * 1000), goal(f"Gossiped goal {i}", [holder_id], 1))
-                held.add_all([event])
-                watcher.receive(event.to_wire())
-                await trio.sleep(SYNC_INTERVAL)
+            await a_minute_of_events("Gossiped goal", gossiped=True)
             assert len(watcher.index) == 40
             rounds.update(gossiped=sorted(gaps(network.opens, gossip_from, trio.current_time())))
             # quiet, and gossip brings an event whose feed has a gap: the member pulls at once
