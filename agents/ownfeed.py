@@ -2,9 +2,10 @@
 
 A member must never sign two events at one seq: that is equivocation, proof of
 misbehaviour to every other member. Its store is what tells it where its feed
-stands, and a store can be lost, damaged, or (below ``synchronous=FULL``) miss its
-tail. So the member also records its feed's head (seq and id) in a small file
-beside the store, atomically and durably, after each own event is stored, and it
+stands, and a store can be lost, damaged, or (after a power cut, were its own events
+ever committed without an fsync: ``agents.member`` commits them with one) miss its
+tail. So the member also records its feed's head (seq and id) in a small file beside
+the store, atomically and durably, after each own event is stored, and it
 signs nothing until its fold holds its whole own chain up to that head: from the
 store, or given back by peers. With no record and no own events, a brand-new
 member (its key made at this start) first completes one sync; a member whose key

@@ -6,8 +6,9 @@
    another (the baseline, measured in the same run), then with 1, 4 and 8 clients
    each sending its next request as soon as its last is answered (so the service
    keeps that many in flight until the last ones drain). Beside them the same
-   engine's grammar-free figure with 8 clients: the ceiling the grammar checks leave
-   room for.
+   engine's grammar-free figures, one after another and with 8 clients: the ceiling
+   the grammar checks leave room for, and the engine's own gain from batching on
+   this machine (the most any grammar handling could give).
    (llama.cpp's own ``llama-batched-bench`` is not built here: it needs the 22-minute
    server build this service exists to avoid.)
 2. **The swarm** (about seven minutes; ``BENCH_MODEL_PLAN=0`` skips it): ``swarm plan`` wall
@@ -95,10 +96,17 @@ def throughput() -> None:
             seconds, tokens, valid = run_batch(url, bodies, concurrent)
             print(f"| {concurrent} | {seconds:.1f} | {tokens} | {tokens / seconds:.1f} | "
                   f"{tokens / seconds / base_rate:.2f} | {valid}/{REQUESTS} |", flush=True)
+        # the engine's own gain from batching, grammar aside: the same requests free of it, one
+        # after another and then eight at once (the second row's ratio is to the first of the two)
         free = [split_request(GOALS[i % len(GOALS)], i, grammar=False) for i in range(REQUESTS)]
+        seconds, tokens, _ = run_batch(url, free, 1)
+        free_rate = tokens / seconds
+        print(f"| one after another, no grammar | {seconds:.1f} | {tokens} | {free_rate:.1f} | "
+              f"{free_rate / base_rate:.2f} | - |", flush=True)
         seconds, tokens, _ = run_batch(url, free, 8)
         print(f"| 8, no grammar (the engine's ceiling) | {seconds:.1f} | {tokens} | {tokens / seconds:.1f} | "
-              f"{tokens / seconds / base_rate:.2f} | - |", flush=True)
+              f"{tokens / seconds / base_rate:.2f} ({tokens / seconds / free_rate:.2f} of no grammar one "
+              "after another) | - |", flush=True)
         stats = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).json()
         print(f"\nservice: {stats['steps']} decode steps, {stats['tokens']} tokens, "
               f"{stats['grammar_fallbacks']} grammar fallbacks, peak batch {stats['peak_batch']}")

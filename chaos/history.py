@@ -34,12 +34,17 @@ class Restart:
     lost: tuple[str, ...]
     fault: str = ""
     error: str = ""
+    # the crash took the page cache (a power cut: the simulation's ``lostwrite``), so commits
+    # no fsync covered are gone; ``lost_by`` names the author of each event in ``lost``
+    power_cut: bool = False
+    lost_by: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Shown:
     """One change of what a member showed (``agents.core.transitions``), at run time ``at``.
-    ``kind == "start"`` marks the member (re)starting; the changes after it are its first fold.
+    ``kind == "start"`` marks the member (re)starting; the changes after it are its first fold,
+    up to ``kind == "loaded"``.
     ``kind == "complete"`` marks the plan it showed turning complete (``after``, its digest)."""
 
     at: float
@@ -58,9 +63,10 @@ class MemberHistory:
     late: bool = False  # started after the others (a late joiner)
     started_at: float = 0.0
     events: list[Event] = field(default_factory=list)  # what it held at the end (or when it died)
-    # events it held once and lost with a store a fault destroyed (wipe, corrupt), never given
-    # back: they existed, a decision it showed may rest on them, so the union judged by the
-    # safety checkers counts them (seed 1961: a scorer's ballot, its only copy wiped)
+    # events it held once and lost with a store a fault destroyed (wipe, corrupt) or with a
+    # power cut (others' events whose commit no fsync covered), never given back: they
+    # existed, a decision it showed may rest on them, so the union judged by the safety
+    # checkers counts them (seed 1961: a scorer's ballot, its only copy wiped)
     destroyed: list[Event] = field(default_factory=list)
     digest: str = ""
     complete: bool = False

@@ -30,12 +30,13 @@ FINAL_KINDS: frozenset[str] = frozenset({"split", "result"})
 @dataclass(frozen=True)
 class Transition:
     """One change of what a member shows. ``kind == "start"`` marks a (re)start of the
-    member: the transitions right after it are its first fold from its store.
+    member: the transitions right after it are its first fold from its store, up to the
+    ``kind == "loaded"`` record after them (what it shows from its store alone).
     ``kind == "complete"`` marks the plan shown turning complete (``after``: its digest)
     or incomplete again (``before``: the digest it had; a goal submitted after the first
     completed does that, and no checker judges it)."""
 
-    kind: Literal["start", "split", "holder", "result", "complete"]
+    kind: Literal["start", "loaded", "split", "holder", "result", "complete"]
     node: str = ""
     before: str | None = None
     after: str | None = None

@@ -1,10 +1,18 @@
 """A member's event set on disk: SQLite in WAL mode, one row per event, inserts idempotent.
 
-Durability contract: when ``add`` returns, the event is committed with
-``synchronous=FULL``; a process killed with SIGKILL at any moment afterwards
-restarts with it (``tests/agents/test_store_durability.py`` proves it by killing
-a real writer). Events are stored as their canonical wire bytes and were
-verified before they were written; reading them back re-checks the ids.
+Durability contract: when ``add_many`` returns, its events are committed; a
+process killed with SIGKILL at any moment afterwards restarts with them
+(``tests/agents/test_store_durability.py`` proves it by killing a real writer).
+A commit waits for the disk (``synchronous=FULL``: the log is fsynced, and with it
+every commit before) only when asked, ``durable=True``, and ``sync`` makes what
+was committed before it durable: a power cut can take the tail of the log that
+no fsync covered, never more. The member asks for it where something depends on
+the disk (its own events before it sends them; what it is about to show, before
+it shows it: ``agents.member``); everything else it holds came from peers, who
+give it again. An fsync per delivered event was the longest stall of a member's
+event loop: fifty members fsyncing each probe on one disk (see ``agents.member``).
+Events are stored as their canonical wire bytes and were verified before they
+were written; reading them back re-checks the ids.
 
 One connection, shared by the member's event loop and its store thread (a catch-up's
 commits run there while the loop parses the next frames: ``agents.syncing``); a lock
@@ -17,6 +25,7 @@ Schema changes are numbered migrations applied in order and recorded in
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import threading
 import time
@@ -54,6 +63,7 @@ class StoreError(RuntimeError):
 # GIL, where ``executemany`` took it back for every row (a thread storing beside a busy event
 # loop waited up to the switch interval per row); under SQLite's 32766 bound on parameters
 ROWS_PER_INSERT = 4096
+NORMAL, FULL = 1, 2  # SQLite's ``synchronous`` levels: a WAL commit written, or written and fsynced
 BUSY_TIMEOUT_S = 5.0  # how long a connection waits on another's lock
 CACHE_KIB = 32 * 1024  # SQLite's page cache per connection, filled only as pages are read
 
@@ -87,6 +97,8 @@ class EventStore:
         self.path = path
         self._lock = threading.RLock()  # the event loop and the store thread share ``_db``
         self._rows_per_insert = min(ROWS_PER_INSERT, connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 7)
+        self._level = NORMAL  # the connection's ``synchronous`` level now
+        self.unsynced = False  # a commit since the last fsync of the log: a power cut may take it
 
     @classmethod
     def open(cls, data_dir: str | Path) -> EventStore:
@@ -100,7 +112,7 @@ class EventStore:
             db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
             _write_ahead(db)
-            db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA synchronous=NORMAL")  # in WAL mode: a commit is written, not fsynced
             # pages kept in memory, at most: the index on ``id`` takes inserts at random places,
             # and with SQLite's 2 MB default a catch-up of 100k events (a 10 MB index) read
             # its pages back again and again: storing them cost 15% more CPU
@@ -110,6 +122,9 @@ class EventStore:
             (verdict,) = db.execute("PRAGMA quick_check").fetchone()
             if verdict != "ok":
                 raise sqlite3.DatabaseError(f"integrity check: {verdict}")
+            # an earlier process's commits may be in the page cache only (it was killed): on the
+            # disk before anyone is shown them (a member's first fold)
+            store._fsync_log()
         except sqlite3.DatabaseError as exc:
             raise StoreError(
                 f"{path} is not a usable event store ({exc}); move it aside to start afresh, "
@@ -165,9 +180,11 @@ class EventStore:
         """Store one event; True if it was new. Durable when this returns."""
         return self.add_many([event]) == 1
 
-    def add_many(self, events: Iterable[Event]) -> int:
-        """Store events in one transaction; returns how many were new. Safe to call from
-        another thread than the one that opened the store."""
+    def add_many(self, events: Iterable[Event], durable: bool = True) -> int:
+        """Store events in one transaction; returns how many were new. ``durable``: on the disk
+        when this returns, with every commit before it; otherwise committed (a killed process
+        keeps them) but not fsynced until a later durable commit or ``sync``. Safe to call
+        from another thread than the one that opened the store."""
         rows = [
             (e.id, e.author, e.seq, e.kind, e.hlc[0], e.hlc[1], e.to_wire()) for e in events
         ]
@@ -175,6 +192,7 @@ class EventStore:
             return 0
         try:
             with self._lock:
+                self._set_level(FULL if durable else NORMAL)
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
                     before = self._db.total_changes
@@ -187,6 +205,10 @@ class EventStore:
                     if self._db.in_transaction:
                         self._db.execute("ROLLBACK")
                     raise
+                if durable:
+                    self._synced()
+                elif added:
+                    self.unsynced = True
         except sqlite3.OperationalError as exc:
             raise StoreError(
                 f"cannot write to {self.path}: {exc}; free space on its disk: nothing already stored is "
@@ -194,11 +216,38 @@ class EventStore:
             ) from None
         return added
 
-    def durability(self) -> int:
-        """SQLite's ``synchronous`` level: 2 (FULL) makes every commit durable when it returns."""
+    def sync(self) -> None:
+        """Make every commit so far durable (an fsync of the write-ahead log, which holds every
+        commit not yet copied into the database, whose copies are fsynced by SQLite itself).
+        Nothing to do when no commit came since the last."""
         with self._lock:
-            (level,) = self._db.execute("PRAGMA synchronous").fetchone()
-        return int(level)
+            if self.unsynced:
+                self._fsync_log()
+
+    def _fsync_log(self) -> None:
+        wal = self.path.with_name(self.path.name + "-wal")
+        try:
+            descriptor = os.open(wal, os.O_RDONLY)
+        except FileNotFoundError:  # checkpointed and removed: everything is in the database
+            self._synced()
+            return
+        try:
+            os.fsync(descriptor)
+        except OSError as exc:
+            raise StoreError(f"cannot flush {wal} to its disk: {exc.strerror}; what it holds is "
+                             "committed, and events not on the disk are fetched again by sync") from None
+        finally:
+            os.close(descriptor)
+        self._synced()
+
+    def _synced(self) -> None:
+        """Every commit so far is on the disk (a subclass may record what the disk holds)."""
+        self.unsynced = False
+
+    def _set_level(self, level: int) -> None:
+        if level != self._level:
+            self._db.execute(f"PRAGMA synchronous={level}")
+            self._level = level
 
     def has(self, event_id: str) -> bool:
         with self._lock:

@@ -82,18 +82,30 @@ def late_join(history: History) -> Verdict:
 
 def durability(history: History) -> Verdict:
     """A restarted member lost nothing it had stored before it went down (unless the nemesis
-    destroyed its store on purpose: then the others' copies bring it back, see honest_feeds)."""
-    restarts = [(m.name, r) for m in history.members.values() for r in m.restarts]
-    for name, restart in restarts:
-        if restart.lost and not restart.fault:
+    destroyed its store on purpose: then the others' copies bring it back, see honest_feeds),
+    with one exception: a power cut may take events of *other* authors whose commit no fsync
+    covered (their authors hold them durably, and sync brings them back); never one of its own,
+    which nobody else may hold. (What it showed before the cut is judged by no_revocation.)"""
+    restarts = [(m, r) for m in history.members.values() for r in m.restarts]
+    cut_away = 0
+    for member, restart in restarts:
+        if not restart.lost or restart.fault:
+            continue
+        authors = dict(zip(restart.lost, restart.lost_by, strict=False))  # the lab names no authors
+        own = [i for i in restart.lost if authors.get(i) == member.peer]
+        if own or not restart.power_cut:
+            what = (f"{len(own)} of its own events (they must be on the disk before they are sent)" if own
+                    else f"{len(restart.lost)} of the {restart.held_before} events it held")
             return Verdict("durability", "fail",
-                           f"{name} restarted at t={restart.at:.1f}s without {len(restart.lost)} of the "
-                           f"{restart.held_before} events it held: {', '.join(i[:8] for i in restart.lost[:5])}")
-    kept = [(n, r) for n, r in restarts if not r.fault]
+                           f"{member.name} restarted at t={restart.at:.1f}s without {what}: "
+                           f"{', '.join(i[:8] for i in (own or restart.lost)[:5])}")
+        cut_away += len(restart.lost)
+    kept = [(m.name, r) for m, r in restarts if not r.fault]
     held = sum(r.held_before for _, r in kept)
-    destroyed = [f"{n} ({r.fault}{': ' + r.error[:60] if r.error else ''})" for n, r in restarts if r.fault]
+    destroyed = [f"{m.name} ({r.fault}{': ' + r.error[:60] if r.error else ''})" for m, r in restarts if r.fault]
     return Verdict("durability", "pass",
                    (f"{len(kept)} restart(s), all {held} previously held events still there"
+                    + (f" but {cut_away} of other authors never fsynced before a power cut" if cut_away else "")
                     + (f"; stores destroyed on purpose: {', '.join(destroyed)}" if destroyed else ""))
                    if restarts else "no member restarted in this run")
 

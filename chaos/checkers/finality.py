@@ -7,8 +7,9 @@ leaf. A decision shown to a user is final, so across the whole history:
 * no member ever takes back or replaces a split or a result it showed;
 * no two members ever show different splits for one node, or different
   results for one leaf (at any two moments, alive or since dead);
-* a member that restarts shows, from its store, every split and result it
-  showed before (a store that lost them would revoke them).
+* a member that restarts shows, in its first fold from its store, every split and
+  result it showed before (a store that lost them, a power cut taking what it had
+  shown, revokes them), unless the nemesis destroyed its store on purpose.
 
 Holder changes are allowed (a lease ran out) and are only counted.
 """
@@ -34,10 +35,20 @@ def no_revocation(history: History) -> Verdict:
     for name, member in sorted(history.members.items()):
         showing: dict[tuple[str, str], str] = {}
         before_restart: dict[tuple[str, str], str] | None = None
+        # a store the nemesis destroyed on purpose (or one damaged past opening, moved aside)
+        # comes back without what it held: its member is excused, as by honest_feeds
+        destroyed = any(r.fault or r.error for r in member.restarts)
         for shown in member.shown:
             if shown.kind == "start":
                 before_restart = dict(showing) if showing else None
                 showing = {}
+                continue
+            if shown.kind == "loaded":  # its first fold from its store is shown: it shows all it did
+                for kind, node in [k for k in before_restart or {} if k[0] in FINAL and k not in showing
+                                   and not destroyed][:3]:
+                    problems.append(f"{_describe(name, shown)} came back from its store without the {kind} "
+                                    f"of {short(node)} it showed before it went down")
+                before_restart = None
                 continue
             key = (shown.kind, shown.node)
             if shown.kind == "holder":
@@ -62,11 +73,6 @@ def no_revocation(history: History) -> Verdict:
             if before_restart is not None and before_restart.get(key) not in (None, shown.after):
                 problems.append(f"{_describe(name, shown)} came back from its store with {shown.kind} "
                                 f"{short(shown.after)} of {short(shown.node)} instead of {short(before_restart[key])}")
-        if before_restart:
-            lost = [k for k, v in before_restart.items() if k[0] in FINAL and showing.get(k) is None
-                    and not any(s.kind == k[0] and s.node == k[1] for s in member.shown)]
-            for kind, node in lost[:3]:
-                problems.append(f"{name} no longer shows the {kind} of {short(node)} after a restart")
     if problems:
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         return Verdict("no_revocation", "fail", "; ".join(problems[:3]) + more)

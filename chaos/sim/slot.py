@@ -25,16 +25,28 @@ if TYPE_CHECKING:
 
 
 class SimStore(EventStore):
-    """The real SQLite store, whose disk the nemesis can fill (writes then fail)."""
+    """The real SQLite store, whose disk the nemesis can fill (writes then fail), and which
+    keeps what its disk holds for sure: its files as they were at the last fsync (``durable``),
+    what a power cut leaves (``lostwrite``)."""
 
     full = False
+    durable: dict[str, bytes]  # set at open, which makes what it found durable (``EventStore.open``)
 
-    def add_many(self, events) -> int:
+    def add_many(self, events, durable: bool = True) -> int:
         if self.full:
             events = list(events)
             if events:
                 raise StoreError(f"cannot write to {self.path}: database or disk is full (simulated)")
-        return super().add_many(events)
+        return super().add_many(events, durable)
+
+    def _synced(self) -> None:
+        super()._synced()
+        self.durable = self.image()
+
+    def image(self) -> dict[str, bytes]:
+        """The store's files (the database, its log and the log's index) as they are now."""
+        files = (self.path.with_name(self.path.name + suffix) for suffix in ("", "-wal", "-shm"))
+        return {path.name: path.read_bytes() for path in files if path.exists()}
 
 
 def _corrupt(path: Path, rng: random.Random) -> None:
@@ -69,8 +81,8 @@ class Slot:
         self.state = "pending"  # pending, up, down, stopped, paused
         self.model_calls = 0  # by the member's earlier lives (before restarts)
         self.clock_ms = 0  # the nemesis's extra offset (jumps, strobes) on top of its skew
-        self.durability = 2  # the store's synchronous level when it crashed (2: every commit durable)
         self.crash_image: dict[str, bytes] = {}  # the store's files as they were at the kill
+        self.durable_image: dict[str, bytes] = {}  # and as they were at its last fsync
         # the events it held at the kill: a task of the killed member that was already runnable
         # may still store one before the cancellation reaches it (seed 2679), but that write is
         # not in the crash image, and it was never acknowledged by the process that died
@@ -89,11 +101,12 @@ class Slot:
         if flag == "wipe":
             for path in files:
                 path.unlink(missing_ok=True)
-        elif flag == "unsynced" and self.durability < 2:
-            # below synchronous=FULL a commit is not on the disk when it returns: the
-            # write-ahead log's tail may vanish with the page cache
-            for path in files[1:]:
+        elif flag == "unsynced":
+            # a power cut: what no fsync covered vanishes with the page cache
+            for path in files:
                 path.unlink(missing_ok=True)
+            for name, data in self.durable_image.items():
+                (self.data_dir / name).write_bytes(data)
         elif flag == "corrupt":
             rng = random.Random(f"swarm-sim/{self.world.config.seed}/corrupt/{self.name}")
             for path in files[:2]:
@@ -128,9 +141,12 @@ class Slot:
             after = {e.id for e in self.store.events()}
             lost = tuple(sorted(held_before - after))
             fault = flag if flag in ("wipe", "corrupt") else ""
-            self.record.restarts.append(Restart(self.world.now(), len(held_before), lost, fault, error))
-            if fault or error:  # a store destroyed on purpose, or damaged past opening and moved aside
-                gone = set(lost)
+            authors = {e.id: e.author for e in self.record.events}
+            self.record.restarts.append(Restart(self.world.now(), len(held_before), lost, fault, error,
+                                                power_cut=flag == "unsynced",
+                                                lost_by=tuple(authors.get(i, "") for i in lost)))
+            if fault or error or flag == "unsynced":  # destroyed on purpose, damaged past opening
+                gone = set(lost)                      # and moved aside, or never on the disk
                 self.record.destroyed.extend(e for e in self.record.events if e.id in gone)
         network = self.world.fabric.endpoint(self.identity.peer_id)
         self.member = Member(
@@ -165,8 +181,8 @@ class Slot:
     def down(self, state: str) -> None:
         """Crash (``down``, will restart from its store) or stop for good (``stopped``)."""
         assert self.member is not None and self.scope is not None and self.store is not None
-        self.durability = self.store.durability()
-        self.crash_image = {p.name: p.read_bytes() for p in self._files() if p.exists()}
+        self.crash_image = self.store.image()
+        self.durable_image = self.store.durable
         self.record.events = self.member.index.events()
         self.held_at_kill = frozenset(e.id for e in self.record.events)
         self.model_calls += self.member.stats.model_calls

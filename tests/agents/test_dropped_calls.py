@@ -23,9 +23,7 @@ from agents.core.events import (
     AckBody,
     ClaimBody,
     FailureBody,
-    ProposalBody,
     ResultBody,
-    Subgoal,
     VoteBody,
 )
 from agents.core.fold import fold
@@ -199,11 +197,7 @@ class GatedModel(PromptedBackend):
 
 def test_of_two_leaves_under_way_only_the_one_whose_claim_was_lost_is_dropped(tmp_path: Path) -> None:
     board = Board(tag="dropx")
-    three = board._add(Feed("dropx/d", "decomposer"), ProposalBody(node=board.node, strategy="three", subgoals=tuple(
-        Subgoal(title=t, executable=True) for t in ("Kyoto lodging", "Tokyo rail pass", "Osaka food tour"))))
-    first = board.candidate(1, three.id)
-    for s in board.scorers[:2]:
-        board.ballot(s, first)
+    board.accept(("Kyoto lodging", "Tokyo rail pass", "Osaka food tour"), "dropx")
     backend, rival = GatedModel(), Feed("dropx/y", "executor")
     outcome: dict[str, Any] = {}
 

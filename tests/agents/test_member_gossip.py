@@ -1,7 +1,7 @@
 """Gossip that arrives together is taken together: one transaction and one fold for a batch.
 
 A member behind on its gossip (thirty members on two cores) stored and folded each event
-alone: a commit (an fsync) and a fold of the whole set per event, which put it further
+alone: a commit (then an fsync) and a fold of the whole set per event, which put it further
 behind. What it shows after a batch is what it would show after the events one by one.
 """
 
@@ -35,6 +35,7 @@ def test_gossip_already_queued_is_stored_in_one_transaction_and_folded_once(
     raws = [e.to_wire() for e in events]
     raws.insert(7, raws[3])  # a copy gossiped twice is taken once
     stored: list[int] = []
+    waited: list[bool] = []  # whether each commit waited for the disk
     outcome: dict[str, object] = {}
 
     async def main() -> None:
@@ -45,9 +46,10 @@ def test_gossip_already_queued_is_stored_in_one_transaction_and_folded_once(
                             think_in_thread=False, now_ms=_now_ms)
             store_many = member.store.add_many
 
-            def counted_store(batch: list[Event]) -> int:
+            def counted_store(batch: list[Event], durable: bool = True) -> int:
                 stored.append(len(batch))
-                return store_many(batch)
+                waited.append(durable)
+                return store_many(batch, durable)
 
             monkeypatch.setattr(member.store, "add_many", counted_store)
             for raw in raws:  # all here before the member's receive loop first runs
@@ -64,6 +66,7 @@ def test_gossip_already_queued_is_stored_in_one_transaction_and_folded_once(
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert stored == [GOSSIP_BATCH - 1, 45], stored  # GOSSIP_BATCH payloads to a batch; the copy stored once
+    assert waited == [False, False]  # others' events: committed, not fsynced (nothing shown waits on them)
     assert outcome["folds"] == 2, outcome  # one fold per batch, not one per event
     assert outcome["digest"] == fold(events).digest
     assert outcome["admitted"] == len(events)  # the copy was taken once

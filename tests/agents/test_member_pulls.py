@@ -596,10 +596,10 @@ def test_a_large_pull_stores_a_transaction_per_store_every_events_or_page_and_fo
                                                         store_in_thread)
             store_many, refold = watcher.store.add_many, watcher._refold
 
-            def counted_store(events: list) -> int:
+            def counted_store(events: list, durable: bool = True) -> int:
                 stored.append(len(events))
                 on_store_thread.append(threading.current_thread() is not threading.main_thread())
-                return store_many(events)
+                return store_many(events, durable)
 
             def counted_refold() -> None:
                 folds.append(watcher.store.count())
@@ -643,11 +643,11 @@ def test_a_batch_the_store_thread_cannot_write_is_not_taken_and_comes_again(tmp_
             watcher, holder = await _watcher_and_holder(nursery, tmp_path, network, holder_id, _serving(held))
             store_many, refold = watcher.store.add_many, watcher._refold
 
-            def full_once(events: list) -> int:
+            def full_once(events: list, durable: bool = True) -> int:
                 if threading.current_thread() is not threading.main_thread() and not refused:
                     refused.append(len(events))
                     raise StoreError("cannot write to the store: database or disk is full (test)")
-                return store_many(events)
+                return store_many(events, durable)
 
             def checked_refold() -> None:  # whatever is folded is stored
                 assert watcher.store.count() == len(watcher.index)

@@ -122,11 +122,7 @@ def test_an_executor_starts_the_model_only_once_its_claim_is_granted() -> None:
 
 def test_an_executor_that_may_think_twice_at_once_works_two_leaves_one_claim_at_a_time() -> None:
     board = Board(tag="twice")
-    three = board._add(Feed("twice/d", "decomposer"), ProposalBody(node=board.node, strategy="three", subgoals=tuple(
-        Subgoal(title=t, executable=True) for t in ("a", "b", "c"))))
-    first = board.candidate(1, three.id)
-    for s in board.scorers[:2]:
-        board.ballot(s, first)
+    board.accept(("a", "b", "c"), "twice")
     x = Feed("twice/x", "executor")
     one, two = Me(x.peer_id, "executor"), Me(x.peer_id, "executor", at_once=2)
 

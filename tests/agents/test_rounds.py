@@ -53,6 +53,16 @@ class Board:
         return self._add(scorer, BallotBody(node=self.node, round=candidate.body.round,  # type: ignore[union-attr]
                                             candidate=candidate.id, approve=approve))
 
+    def accept(self, titles: tuple[str, ...], tag: str) -> Event:
+        """A third draft with one executable leaf per title, accepted in round 1 by a quorum of
+        two ballots; the draft."""
+        draft = self._add(Feed(f"{tag}/d", "decomposer"), ProposalBody(node=self.node, strategy="three", subgoals=tuple(
+            Subgoal(title=t, executable=True) for t in titles)))
+        first = self.candidate(1, draft.id)
+        for s in self.scorers[:2]:
+            self.ballot(s, first)
+        return draft
+
     def split(self, events: list[Event] | None = None) -> str | None:
         chosen = self.events if events is None else events
         tree, model = fold(chosen), Model(chosen)

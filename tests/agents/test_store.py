@@ -125,3 +125,30 @@ def test_two_threads_writing_at_once_each_get_whole_transactions(tmp_path, plan_
         assert not errors, errors[:3]
         assert store.count() == len(plan_events)
         assert store.counters() == {"written": 4 * len(plan_events)}
+
+
+def test_a_commit_waits_for_the_disk_only_when_asked_and_sync_makes_the_rest_durable(tmp_path, plan_events) -> None:
+    """What a power cut leaves (the simulation's store keeps its files as they were at the last
+    fsync): the unsynced commits gone, a durable commit bringing every commit before it."""
+    from chaos.sim.slot import SimStore
+
+    def after_power_cut(store: SimStore, name: str) -> set[str]:
+        disk = tmp_path / name
+        disk.mkdir()
+        for file, data in store.durable.items():
+            (disk / file).write_bytes(data)
+        with EventStore.open(disk) as survivor:
+            return {e.id for e in survivor.events()}
+
+    first, second, third = plan_events[:5], plan_events[5:10], plan_events[10:15]
+    with SimStore.open(tmp_path / "live") as store:
+        assert store.add_many(first, durable=False) == 5 and store.unsynced
+        assert store.count() == 5  # committed: readable, and a killed process keeps it
+        assert after_power_cut(store, "cut1") == set()
+        store.sync()
+        assert not store.unsynced
+        assert after_power_cut(store, "cut2") == {e.id for e in first}
+        store.add_many(second, durable=False)
+        store.add_many(third)  # durable: with it every commit before
+        assert not store.unsynced
+        assert after_power_cut(store, "cut3") == {e.id for e in first + second + third}
