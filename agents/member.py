@@ -142,7 +142,7 @@ class Member(MemberSync, MemberActing):
         Every change of what this member shows (accepted split, claim holder, accepted
         result, the plan turning complete; ``agents.core.transitions``) goes to ``on_transition`` and is appended to
         ``transitions_path`` (JSON lines with the member's wall clock and HLC), starting
-        with a ``start`` record and the first fold from the store."""
+        with a ``start`` record and the first fold from the store, ended by a ``loaded`` record."""
         identity = credentials.identity
         role = credentials.role
         self._log = log.bind(role=role, peer=identity.peer_id[-8:])
@@ -175,6 +175,7 @@ class Member(MemberSync, MemberActing):
         self._transitions_file = open(transitions_path, "a", encoding="utf-8") if transitions_path else None  # noqa: SIM115 (closed in close())
         self.now_ms = now_ms
         self._show(Transition("start"))
+        store.sync()  # what an earlier life committed may be in the page cache only: it is shown next
         with settled():
             self.tree: PlanTree = fold(self.index.events())
         for change in changes(None, self.tree):

@@ -156,7 +156,7 @@ class MemberSync:
         ``STORE_AFTER_S`` after the last store or when it waits on others (what a pull holds,
         others leave to it) and at each new offer page
         (a commit per 500-event frame was 200 fsyncs
-        in a 100k catch-up), and the tree is folded once at the end, after the last commit
+        in a 100k catch-up, when every commit was one), and the tree is folded once at the end, after the last commit
         (or by the last of the pulls ending together: ``_fold_after``):
         a 100k-event catch-up is about two hundred frames, and folding after each made it
         quadratic. The deadline counts from the last events frame

@@ -98,7 +98,10 @@ class EventStore:
         self._lock = threading.RLock()  # the event loop and the store thread share ``_db``
         self._rows_per_insert = min(ROWS_PER_INSERT, connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 7)
         self._level = NORMAL  # the connection's ``synchronous`` level now
-        self.unsynced = False  # a commit since the last fsync of the log: a power cut may take it
+        # a commit since the last fsync of the log, which a power cut may take; at first, an
+        # earlier process's commits may be in the page cache only (it was killed): a member
+        # syncs before its first fold shows them (a reader of the store need not)
+        self.unsynced = True
 
     @classmethod
     def open(cls, data_dir: str | Path) -> EventStore:
@@ -122,9 +125,6 @@ class EventStore:
             (verdict,) = db.execute("PRAGMA quick_check").fetchone()
             if verdict != "ok":
                 raise sqlite3.DatabaseError(f"integrity check: {verdict}")
-            # an earlier process's commits may be in the page cache only (it was killed): on the
-            # disk before anyone is shown them (a member's first fold)
-            store._fsync_log()
         except sqlite3.DatabaseError as exc:
             raise StoreError(
                 f"{path} is not a usable event store ({exc}); move it aside to start afresh, "
@@ -205,8 +205,10 @@ class EventStore:
                     if self._db.in_transaction:
                         self._db.execute("ROLLBACK")
                     raise
-                if durable:
-                    self._synced()
+                if durable and added:
+                    self._synced()  # the log was fsynced at this commit, with every commit before it
+                elif durable and self.unsynced:
+                    self._fsync_log()  # nothing new written: SQLite had nothing to fsync
                 elif added:
                     self.unsynced = True
         except sqlite3.OperationalError as exc:
@@ -234,8 +236,10 @@ class EventStore:
         try:
             os.fsync(descriptor)
         except OSError as exc:
-            raise StoreError(f"cannot flush {wal} to its disk: {exc.strerror}; what it holds is "
-                             "committed, and events not on the disk are fetched again by sync") from None
+            raise StoreError(f"cannot flush {wal} to its disk: {exc.strerror}; the member stops rather than "
+                             "show what may not be on the disk (an fsync that failed once may not be retried): "
+                             "restart it once the disk works; what it committed is kept, and events a failing "
+                             "disk lost are fetched again by sync") from None
         finally:
             os.close(descriptor)
         self._synced()

@@ -103,10 +103,12 @@ def durability(history: History) -> Verdict:
     kept = [(m.name, r) for m, r in restarts if not r.fault]
     held = sum(r.held_before for _, r in kept)
     destroyed = [f"{m.name} ({r.fault}{': ' + r.error[:60] if r.error else ''})" for m, r in restarts if r.fault]
-    return Verdict("durability", "pass",
-                   (f"{len(kept)} restart(s), all {held} previously held events still there"
-                    + (f" but {cut_away} of other authors never fsynced before a power cut" if cut_away else "")
-                    + (f"; stores destroyed on purpose: {', '.join(destroyed)}" if destroyed else ""))
-                   if restarts else "no member restarted in this run")
+    if not restarts:
+        return Verdict("durability", "pass", "no member restarted in this run")
+    kept_all = (f"all {held} previously held events still there" if not cut_away else
+                f"{held - cut_away} of {held} previously held events still there, {cut_away} of other "
+                "authors taken by power cuts before any fsync")
+    return Verdict("durability", "pass", f"{len(kept)} restart(s), {kept_all}"
+                   + (f"; stores destroyed on purpose: {', '.join(destroyed)}" if destroyed else ""))
 
 

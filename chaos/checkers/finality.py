@@ -36,16 +36,25 @@ def no_revocation(history: History) -> Verdict:
         showing: dict[tuple[str, str], str] = {}
         before_restart: dict[tuple[str, str], str] | None = None
         # a store the nemesis destroyed on purpose (or one damaged past opening, moved aside)
-        # comes back without what it held: its member is excused, as by honest_feeds
-        destroyed = any(r.fault or r.error for r in member.restarts)
+        # comes back without what it held: that restart is excused. The k-th start after the
+        # first is the k-th restart where the history records every restart (the simulation);
+        # where it does not (the lab records wipes only), any such restart excuses them all
+        starts = sum(1 for s in member.shown if s.kind == "start")
+        spoiled = [bool(r.fault or r.error) for r in member.restarts]
+        lives = 0
         for shown in member.shown:
             if shown.kind == "start":
-                before_restart = dict(showing) if showing else None
+                lives += 1
+                # a life that ended before its first fold was shown (``loaded``) owes what the
+                # one before it showed too
+                merged = {**(before_restart or {}), **showing}
+                before_restart = merged or None
                 showing = {}
                 continue
             if shown.kind == "loaded":  # its first fold from its store is shown: it shows all it did
+                excused = spoiled[lives - 2] if len(spoiled) == starts - 1 and lives >= 2 else any(spoiled)
                 for kind, node in [k for k in before_restart or {} if k[0] in FINAL and k not in showing
-                                   and not destroyed][:3]:
+                                   and not excused][:3]:
                     problems.append(f"{_describe(name, shown)} came back from its store without the {kind} "
                                     f"of {short(node)} it showed before it went down")
                 before_restart = None

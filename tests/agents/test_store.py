@@ -152,3 +152,29 @@ def test_a_commit_waits_for_the_disk_only_when_asked_and_sync_makes_the_rest_dur
         store.add_many(third)  # durable: with it every commit before
         assert not store.unsynced
         assert after_power_cut(store, "cut3") == {e.id for e in first + second + third}
+
+
+def test_a_durable_commit_that_adds_nothing_still_fsyncs_what_came_before(tmp_path, plan_events, monkeypatch) -> None:
+    """SQLite writes (and fsyncs) nothing for a commit of events it already holds: the store
+    fsyncs the log itself, or the unsynced commits before it would pass for durable. And a
+    durable commit runs at ``synchronous=2`` (FULL), an unsynced one at 1 (NORMAL)."""
+    import agents.store.sqlite as store_module
+
+    fsyncs: list[int] = []
+    monkeypatch.setattr(store_module.os, "fsync", lambda descriptor: fsyncs.append(descriptor))
+    with EventStore.open(tmp_path) as store:
+        statements: list[str] = []
+        store._db.set_trace_callback(statements.append)
+        store.sync()  # what an earlier life committed (nothing here): once
+        assert len(fsyncs) == 1 and not store.unsynced
+        store.add_many(plan_events[:5], durable=True)
+        assert statements[statements.index("COMMIT") - 3:] == ["PRAGMA synchronous=2", "BEGIN IMMEDIATE",
+                                                              statements[-2], "COMMIT"], statements
+        assert len(fsyncs) == 1  # SQLite fsynced that one itself
+        statements.clear()
+        store.add_many(plan_events[5:10], durable=False)
+        assert statements[0] == "PRAGMA synchronous=1" and store.unsynced
+        store.add_many(plan_events[:1], durable=True)  # already held: nothing written
+        assert len(fsyncs) == 2 and not store.unsynced
+        store.sync()  # nothing new since: no fsync
+        assert len(fsyncs) == 2
