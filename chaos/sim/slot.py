@@ -49,9 +49,21 @@ class SimStore(EventStore):
         self.durable = self.image()
 
     def image(self) -> dict[str, bytes]:
-        """The store's files (the database, its log and the log's index) as they are now."""
-        files = (self.path.with_name(self.path.name + suffix) for suffix in ("", "-wal", "-shm"))
-        return {path.name: path.read_bytes() for path in files if path.exists()}
+        """The store's files as they are now (``restore_image`` puts them back)."""
+        return {path.name: path.read_bytes() for path in store_files(self.path.parent) if path.exists()}
+
+
+def store_files(data_dir: Path) -> list[Path]:
+    """A store's files: the database, its write-ahead log and the log's index."""
+    return [data_dir / f"{DB_NAME}{suffix}" for suffix in ("", "-wal", "-shm")]
+
+
+def restore_image(data_dir: Path, image: dict[str, bytes]) -> None:
+    """The store's files exactly as ``SimStore.image`` took them (none that it did not hold)."""
+    for path in store_files(data_dir):
+        path.unlink(missing_ok=True)
+    for name, data in image.items():
+        (data_dir / name).write_bytes(data)
 
 
 def _corrupt(path: Path, rng: random.Random) -> None:
@@ -103,34 +115,23 @@ class Slot:
 
     def _damage(self, flag: str) -> None:
         """What a crash did to the store, applied before it is opened again."""
-        files = self._files()
+        files = store_files(self.data_dir)
         if flag == "wipe":
-            for path in files:
-                path.unlink(missing_ok=True)
-        elif flag == "unsynced":
-            # a power cut: what no fsync covered vanishes with the page cache
-            for path in files:
-                path.unlink(missing_ok=True)
-            for name, data in self.durable_image.items():
-                (self.data_dir / name).write_bytes(data)
+            restore_image(self.data_dir, {})
+        elif flag == "unsynced":  # a power cut: what no fsync covered vanishes with the page cache
+            restore_image(self.data_dir, self.durable_image)
         elif flag == "corrupt":
             rng = random.Random(f"swarm-sim/{self.world.config.seed}/corrupt/{self.name}")
             for path in files[:2]:
                 if path.exists():
                     _corrupt(path, rng)
 
-    def _files(self) -> list[Path]:
-        return [self.data_dir / f"{DB_NAME}{suffix}" for suffix in ("", "-wal", "-shm")]
-
     async def start(self, flag: str = "") -> None:
         held_before = self.held_at_kill
         if self.state == "down":
             # a killed process never closes its store (closing would checkpoint the log into
             # the database): the disk holds exactly what it held at the kill
-            for path in self._files():
-                path.unlink(missing_ok=True)
-            for name, data in self.crash_image.items():
-                (self.data_dir / name).write_bytes(data)
+            restore_image(self.data_dir, self.crash_image)
             if flag:
                 self._damage(flag)
         error = ""

@@ -16,15 +16,15 @@ from pathlib import Path
 from agents.core.events import Event, ProposalBody, Subgoal
 from agents.member import Member
 from agents.store import EventStore
-from chaos.sim.slot import SimStore
+from chaos.sim.slot import SimStore, restore_image
 from tests.agents.test_rounds import Board
 from tests.builders import credentials
 
 
-def _on_disk_after_a_power_cut(store: SimStore, where: Path) -> set[str]:
+def on_disk_after_a_power_cut(store: SimStore, where: Path) -> set[str]:
+    """The ids a store would hold had a power cut struck now (opened from a copy in ``where``)."""
     where.mkdir()
-    for name, data in store.durable.items():
-        (where / name).write_bytes(data)
+    restore_image(where, store.durable)
     with EventStore.open(where) as survivor:
         return {e.id for e in survivor.events()}
 
@@ -38,22 +38,22 @@ def test_own_events_wait_for_the_disk_and_others_wait_until_a_decision_rests_on_
         heard = list(board.events)  # the goal and two drafts: nothing shown
         member._admit(heard, "gossip")
         assert member.tree.nodes[board.node].split is None
-        assert _on_disk_after_a_power_cut(store, tmp_path / "cut1") == set()
+        assert on_disk_after_a_power_cut(store, tmp_path / "cut1") == set()
 
         assert member.author is not None
         own: Event = member.author.sign(ProposalBody(node=board.node, strategy="mine", subgoals=(
             Subgoal(title="Book the ryokan", executable=True), Subgoal(title="Buy the rail pass", executable=True))))
         member._admit([own], "self")  # shows nothing either, and is on the disk with all before it
-        assert _on_disk_after_a_power_cut(store, tmp_path / "cut2") == {e.id for e in (*heard, own)}
+        assert on_disk_after_a_power_cut(store, tmp_path / "cut2") == {e.id for e in (*heard, own)}
 
         before = len(board.events)
         draft = board.accept(("Kyoto lodging", "Tokyo rail pass"), "disk")  # candidate and two ballots
         member._admit(board.events[before:-1], "gossip")  # one ballot short: nothing shown
         assert member.tree.nodes[board.node].split is None
-        assert _on_disk_after_a_power_cut(store, tmp_path / "cut3") == {e.id for e in (*heard, own)}
+        assert on_disk_after_a_power_cut(store, tmp_path / "cut3") == {e.id for e in (*heard, own)}
         member._admit(board.events[-1:], "gossip")  # the quorum: the split is shown, after an fsync
         assert member.tree.nodes[board.node].split == draft.id
-        assert _on_disk_after_a_power_cut(store, tmp_path / "cut4") == {e.id for e in (*board.events, own)}
+        assert on_disk_after_a_power_cut(store, tmp_path / "cut4") == {e.id for e in (*board.events, own)}
     finally:
         member.close()
         store.close()

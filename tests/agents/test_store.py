@@ -131,14 +131,10 @@ def test_a_commit_waits_for_the_disk_only_when_asked_and_sync_makes_the_rest_dur
     """What a power cut leaves (the simulation's store keeps its files as they were at the last
     fsync): the unsynced commits gone, a durable commit bringing every commit before it."""
     from chaos.sim.slot import SimStore
+    from tests.agents.test_member_disk import on_disk_after_a_power_cut
 
     def after_power_cut(store: SimStore, name: str) -> set[str]:
-        disk = tmp_path / name
-        disk.mkdir()
-        for file, data in store.durable.items():
-            (disk / file).write_bytes(data)
-        with EventStore.open(disk) as survivor:
-            return {e.id for e in survivor.events()}
+        return on_disk_after_a_power_cut(store, tmp_path / name)
 
     first, second, third = plan_events[:5], plan_events[5:10], plan_events[10:15]
     with SimStore.open(tmp_path / "live") as store:
