@@ -15,12 +15,12 @@ that fixes it.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from agents.core.admission import Credentials, Gate, Ticket, TicketError, issue
 from agents.core.identity import Identity
+from agents.durable import replace_durably
 from agents.keyfile import KeyFileError, load_or_create
 
 AUTHORITY_KEY = "authority.key"
@@ -34,13 +34,7 @@ class AdmissionError(RuntimeError):
 
 
 def _write(path: Path, text: str, mode: int = 0o644) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    replace_durably(path, text.encode("utf-8"), mode)
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,10 @@ continues its own feed instead of appearing as a stranger.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from agents.core.identity import Identity
+from agents.durable import replace_durably
 
 KEY_NAME = "identity.key"
 
@@ -31,11 +31,5 @@ def load_or_create(data_dir: Path) -> Identity:
             ) from None
     data_dir.mkdir(parents=True, exist_ok=True)
     identity = Identity.generate()
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(identity.seed.hex() + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    replace_durably(path, (identity.seed.hex() + "\n").encode(), 0o600)
     return identity

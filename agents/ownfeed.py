@@ -17,7 +17,6 @@ events nobody else held stays silent and says so: signing again would fork it.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import trio
@@ -25,6 +24,7 @@ import trio
 from agents.core.author import Author
 from agents.core.events import Event
 from agents.core.tree import PlanTree
+from agents.durable import replace_durably
 
 Head = tuple[int, str]  # (seq, id)
 
@@ -82,13 +82,9 @@ class OwnFeed:
     def signed(self, event: Event, tree: PlanTree) -> bool:
         """Record our new head once the event is stored; False (and stop signing) when the event
         did not enter our own feed (a hole before it): signing on would never show in our tree."""
-        if self.head_path is not None:
-            tmp = self.head_path.with_name(self.head_path.name + ".tmp")
-            with open(tmp, "w", encoding="utf-8") as handle:
-                handle.write(f"{event.seq} {event.id}\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.head_path)
+        if self.head_path is not None:  # the rename too: a head a power cut took back would let a
+            # member whose store was lost with it sign again at a seq it used
+            replace_durably(self.head_path, f"{event.seq} {event.id}\n".encode())
         if tree.heads.get(self.author.peer_id) == (event.seq, event.id):
             return True
         self.missing = (event.seq, event.id)

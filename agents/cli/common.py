@@ -7,11 +7,12 @@ none of them imports ``main`` back.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from agents.durable import replace_durably
 
 
 def positive(value: str) -> int:
@@ -35,14 +36,9 @@ def seconds(value: str) -> float:
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Write a file so that a crash leaves either the old content or the new, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    """Write a file so that a crash leaves either the old content or the new, never half
+    (``agents.durable``)."""
+    replace_durably(path, data)
 
 
 def write_json(path: Path, record: dict[str, Any]) -> None:

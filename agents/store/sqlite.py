@@ -11,6 +11,9 @@ the disk (its own events before it sends them; what it is about to show, before
 it shows it: ``agents.member``); everything else it holds came from peers, who
 give it again. An fsync per delivered event was the longest stall of a member's
 event loop: fifty members fsyncing each probe on one disk (see ``agents.member``).
+The store's own fsync of the log fsyncs the directory too the first time it meets a
+log SQLite created (a new file's name is on the disk only then: ``agents.durable``);
+SQLite does the same for the commits it fsyncs.
 Events are stored as their canonical wire bytes and were verified before they
 were written; reading them back re-checks the ids.
 
@@ -34,6 +37,7 @@ from pathlib import Path
 
 from agents.core.decode import decode_event
 from agents.core.events import Event, EventRefused
+from agents.durable import sync_directory
 
 DB_NAME = "events.sqlite3"
 
@@ -102,6 +106,7 @@ class EventStore:
         # earlier process's commits may be in the page cache only (it was killed): a member
         # syncs before its first fold shows them (a reader of the store need not)
         self.unsynced = True
+        self._wal_entry: int | None = None  # the log (inode) whose directory entry was fsynced
 
     @classmethod
     def open(cls, data_dir: str | Path) -> EventStore:
@@ -235,6 +240,10 @@ class EventStore:
             return
         try:
             os.fsync(descriptor)
+            entry = os.fstat(descriptor).st_ino
+            if entry != self._wal_entry:  # a log SQLite created since: its name is on the disk only
+                sync_directory(self.path.parent)  # once the directory is (``agents.durable``)
+                self._wal_entry = entry
         except OSError as exc:
             raise StoreError(f"cannot flush {wal} to its disk: {exc.strerror}; the member stops rather than "
                              "show what may not be on the disk (an fsync that failed once may not be retried): "
