@@ -57,7 +57,7 @@ from agents.net.base import Network
 from agents.ownfeed import OwnFeed
 from agents.pull_claims import PullClaims
 from agents.roles import Intent, Me, calls_at_once
-from agents.store import EventStore, StoreError
+from agents.store import DiskFailed, EventStore, StoreError
 from agents.syncing import MemberSync
 
 log = structlog.get_logger("swarm.member")
@@ -246,7 +246,7 @@ class Member(MemberSync, MemberActing):
     def _not_stored(self, exc: StoreError, events: list[Event], via: str) -> int:
         self.stats.store_errors += 1
         self._log.error("store refused events", via=via, events=len(events), error=str(exc)[:300])
-        if via == "self":
+        if via == "self" or isinstance(exc, DiskFailed):  # a failing disk stops the member
             raise exc
         return 0
 
@@ -379,6 +379,8 @@ class Member(MemberSync, MemberActing):
         event = self.author.sign(body)
         try:
             self._admit([event], "self")
+        except DiskFailed:
+            raise  # stored or not, nobody can say: its seq is never used again (the member stops)
         except StoreError:
             self.author.unsign(event)  # never stored, never sent: the seq is free again
             raise

@@ -4,9 +4,11 @@ credentials, store, network and status board, and running them until a signal.""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import structlog
@@ -100,6 +102,33 @@ def write_addrs(data_dir: Path, addresses: list[str]) -> None:
     from agents.cli.common import write_atomically
 
     write_atomically(data_dir / "addrs", "".join(a + "\n" for a in addresses).encode())
+
+
+def run_member_loop(main: Callable[[], Awaitable[None]], store: EventStore) -> None:
+    """``trio.run(main)`` for a command whose member runs on ``store``. A store that fails while
+    the member runs (a disk that refuses an fsync, whose data may then be lost: the member
+    stops rather than show what may not be on it) ends the command with the store's own
+    message and the way out, as at start (``open_member``), not with a traceback; the store is
+    closed, and what it committed is kept."""
+    try:
+        trio.run(main)
+    except (StoreError, BaseExceptionGroup) as exc:
+        failed = exc if isinstance(exc, StoreError) else _first(exc, StoreError)
+        if failed is None:
+            raise
+        with contextlib.suppress(StoreError):
+            store.close()
+        raise CommandError(str(failed)) from None
+
+
+def _first(group: BaseExceptionGroup, kind: type[BaseException]) -> BaseException | None:
+    """The first exception of ``kind`` in ``group``, however deep (trio nests a group per nursery)."""
+    for exc in group.exceptions:
+        if isinstance(exc, kind):
+            return exc
+        if isinstance(exc, BaseExceptionGroup) and (found := _first(exc, kind)) is not None:
+            return found
+    return None
 
 
 async def until_signal(cancel: trio.CancelScope) -> None:

@@ -19,6 +19,7 @@ from agents.cli.members import (
     network_for,
     open_member,
     run_member,
+    run_member_loop,
     until_signal,
     write_addrs,
 )
@@ -75,7 +76,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
             log.info("member running", role=creds.role, peer=identity.peer_id, cluster=creds.cluster,
                      data_dir=str(data_dir), events=len(member.index))
 
-    trio.run(main)
+    run_member_loop(main, store)
     store.close()
     if members:
         members[0].close()
@@ -143,7 +144,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
                     await trio.sleep(0.3)
             nursery.cancel_scope.cancel()
 
-    trio.run(main)
+    run_member_loop(main, store)
     store.close()
     if "goal" not in outcome:
         raise CommandError(f"no peer reachable within {args.timeout:g} s; check --bootstrap (and that members run)")

@@ -21,6 +21,7 @@ from agents.cli.members import (
     network_for,
     open_member,
     run_member,
+    run_member_loop,
     until_signal,
     write_addrs,
 )
@@ -102,7 +103,7 @@ def cmd_observe(args: argparse.Namespace) -> int:
             state["timed_out"] = deadline.cancelled_caught
             nursery.cancel_scope.cancel()
 
-    trio.run(main)
+    run_member_loop(main, store)
     member = state["member"]
     assert isinstance(member, Member)
     member.close()

@@ -1,5 +1,5 @@
 """Persistence adapters. ``EventStore`` keeps a member's events in SQLite."""
 
-from agents.store.sqlite import EventStore, StoreError
+from agents.store.sqlite import DiskFailed, EventStore, StoreError
 
-__all__ = ["EventStore", "StoreError"]
+__all__ = ["DiskFailed", "EventStore", "StoreError"]

@@ -63,6 +63,14 @@ class StoreError(RuntimeError):
     """The store cannot be opened or used; the message says why and what to do."""
 
 
+class DiskFailed(StoreError):
+    """The disk failed a write or an fsync (an I/O error, not a full disk). Whether the commit
+    under way is on it nobody can say (SQLite may find it in the log at the next open), and
+    an fsync that failed once may report success the next time, the kernel having dropped
+    what it could not write. So nothing may rest on this store any more: the member stops,
+    shows nothing more, and never signs again at the seq the failed commit held."""
+
+
 # rows per INSERT statement: one statement is one step of SQLite's engine, taken without the
 # GIL, where ``executemany`` took it back for every row (a thread storing beside a busy event
 # loop waited up to the switch interval per row); under SQLite's 32766 bound on parameters
@@ -217,6 +225,10 @@ class EventStore:
                 elif added:
                     self.unsynced = True
         except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_IOERR:
+                raise DiskFailed(f"the disk under {self.path} failed a write ({exc}); the member stops rather than "
+                                 "sign or show anything resting on it: check the disk, then restart the member "
+                                 "(what reached the disk is kept; sync fetches the rest again)") from None
             raise StoreError(
                 f"cannot write to {self.path}: {exc}; free space on its disk: nothing already stored is "
                 "lost, and events not stored are fetched again by sync"
@@ -245,7 +257,7 @@ class EventStore:
                 sync_directory(self.path.parent)  # once the directory is (``agents.durable``)
                 self._wal_entry = entry
         except OSError as exc:
-            raise StoreError(f"cannot flush {wal} to its disk: {exc.strerror}; the member stops rather than "
+            raise DiskFailed(f"cannot flush {wal} to its disk: {exc.strerror}; the member stops rather than "
                              "show what may not be on the disk (an fsync that failed once may not be retried): "
                              "restart it once the disk works; what it committed is kept, and events a failing "
                              "disk lost are fetched again by sync") from None

@@ -11,11 +11,22 @@ leaves), which is what these tests read. The simulated power cuts themselves
 
 from __future__ import annotations
 
+import errno
+import os
+import random
+import sqlite3
 from pathlib import Path
 
+import pytest
+import trio
+
+from agents.cli.errors import CommandError
+from agents.cli.members import run_member_loop
 from agents.core.events import Event, ProposalBody, Subgoal
+from agents.llm.scripted import ScriptedBackend
 from agents.member import Member
-from agents.store import EventStore
+from agents.store import DiskFailed, EventStore, StoreError
+from chaos.sim.network import SimFabric, SimNetwork
 from chaos.sim.slot import SimStore, restore_image
 from tests.agents.test_rounds import Board
 from tests.builders import credentials
@@ -57,3 +68,119 @@ def test_own_events_wait_for_the_disk_and_others_wait_until_a_decision_rests_on_
     finally:
         member.close()
         store.close()
+
+
+def test_a_failed_fsync_stops_the_member_before_it_shows_what_rests_on_it(tmp_path: Path, monkeypatch) -> None:
+    """An fsync the disk refuses may report success next time (the kernel dropped what it could
+    not write), so the member shows nothing more: the quorum's split stays unshown, the store
+    says why, and what was committed is kept for the member's next start."""
+    board = Board(tag="eio")
+    shown: list = []
+    store = EventStore.open(tmp_path / "member")
+    member = Member(credentials("eio/x", "decomposer"), store, network=None,  # type: ignore[arg-type]
+                    think_in_thread=False, store_in_thread=False, now_ms=lambda: 10_000, on_transition=shown.append)
+    try:
+        board.accept(("Kyoto lodging", "Tokyo rail pass"), "eio")
+        member._admit(board.events[:-1], "gossip")  # one ballot short: nothing shown
+        assert member.tree.nodes[board.node].split is None
+
+        def refused(descriptor: int) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(os, "fsync", refused)
+        with pytest.raises(DiskFailed, match="the member stops"):
+            member._admit(board.events[-1:], "gossip")  # the quorum, which would show the split
+        assert member.tree.nodes[board.node].split is None
+        assert not [change for change in shown if change.kind == "split"]
+    finally:
+        monkeypatch.undo()
+        store.close()
+    with EventStore.open(tmp_path / "member") as reopened:  # committed: the next start has it all
+        assert {e.id for e in reopened.events()} == {e.id for e in board.events}
+
+
+class _CommitFails:
+    """A store connection whose COMMIT fails with SQLite's error ``code``: after writing the
+    transaction (``written``: an fsync that failed, the commit maybe in the log) or before.
+    ``durable_only``: only a commit that waits for the disk (``synchronous=2``) fails."""
+
+    def __init__(self, db: sqlite3.Connection, code: int, written: bool, durable_only: bool = False) -> None:
+        self._db, self._code, self._written, self._durable_only = db, code, written, durable_only
+        self._durable = False
+
+    def execute(self, sql: str, *args):
+        if sql.startswith("PRAGMA synchronous="):
+            self._durable = sql.endswith("=2")
+        if sql == "COMMIT" and (self._durable or not self._durable_only):
+            if self._written:
+                self._db.execute(sql)
+            error = sqlite3.OperationalError("disk I/O error" if self._written else "database or disk is full")
+            error.sqlite_errorcode = self._code
+            raise error
+        return self._db.execute(sql, *args)
+
+    def __getattr__(self, name: str):
+        return getattr(self._db, name)
+
+
+@pytest.mark.parametrize(("code", "written", "refusal", "seq_reused"), [
+    (sqlite3.SQLITE_FULL, False, StoreError, True),  # rolled back: nobody ever saw it
+    (1034, True, DiskFailed, False),  # SQLITE_IOERR_FSYNC: it may be in the log, found at the next open
+])
+def test_an_own_event_a_failing_disk_may_hold_is_never_signed_over(tmp_path: Path, code: int, written: bool,
+                                                                   refusal: type, seq_reused: bool) -> None:
+    """A full disk refuses the commit: the event was never stored nor sent, and its seq is free
+    again. A failed fsync leaves it maybe stored: signing another event at its seq would be a
+    fork the moment SQLite recovers it, so the seq is never used again and the member stops."""
+    store = EventStore.open(tmp_path / "member")
+    member = Member(credentials("eio/p", "decomposer"), store, network=None,  # type: ignore[arg-type]
+                    think_in_thread=False, store_in_thread=False, now_ms=lambda: 10_000)
+    assert member.author is not None and member.own is not None
+    member.own.ready.set()
+    body = ProposalBody(node="ab" * 32, strategy="mine", subgoals=(
+        Subgoal(title="Book the ryokan", executable=True), Subgoal(title="Buy the rail pass", executable=True)))
+    real = store._db
+    store._db = _CommitFails(real, code, written)  # type: ignore[assignment]
+    try:
+        with pytest.raises(refusal) as refused:
+            trio.run(member.publish, body)
+        assert (type(refused.value) is DiskFailed) == (refusal is DiskFailed)
+    finally:
+        store._db = real
+    assert member.author.sign(body).seq == (1 if seq_reused else 2)
+    store.close()
+    with EventStore.open(tmp_path / "member") as reopened:
+        assert [e.seq for e in reopened.events()] == ([] if seq_reused else [1])
+
+
+def test_a_member_whose_disk_fails_its_own_vote_stops_and_says_why(tmp_path: Path) -> None:
+    """The whole way: a scorer votes, the disk fails the vote's commit, the acting loop does not
+    take it for a refusal to try again later (as a full disk is) but ends the member, and the
+    command ends with the store's message, not a traceback."""
+    board = Board(tag="eiov")
+    me = board.others(1)[1]
+    store = EventStore.open(tmp_path / "scorer")
+    real = store._db
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            network = SimNetwork(SimFabric(random.Random(0), nursery), me.peer_id)
+            member = Member(credentials("eiov/s" + str(board.scorers.index(me)), "scorer"), store, network,
+                            backend=ScriptedBackend(seed=1, latency=0.01), think_in_thread=False,
+                            now_ms=lambda: 150, new_key=True)
+            assert member.own is not None and member.own.learned([], member.tree, "no peer here", 0)
+            for event in board.events:
+                network.deliver(event.to_wire())
+            network.attach(nursery)
+            store._db = _CommitFails(real, 1034, written=True, durable_only=True)  # type: ignore[assignment]
+            await nursery.start(member.run)
+            with trio.fail_after(20):  # ended by the failure, or the test fails here
+                await trio.sleep_forever()
+
+    with pytest.raises(CommandError, match=r"failed a write.*the member stops"):
+        run_member_loop(main, store)
+    store._db = real
+    with EventStore.open(tmp_path / "scorer") as reopened:
+        own = [e for e in reopened.events() if e.author == me.peer_id]
+        assert [(e.seq, e.kind) for e in own] == [(1, "vote")]  # the one the disk may hold, nothing after
+        assert len(reopened.events()) == len(board.events) + 1
