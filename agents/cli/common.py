@@ -12,7 +12,20 @@ from typing import Any
 
 import orjson
 
+from agents.cli.errors import UsageError
 from agents.durable import replace_durably
+
+
+def majority_quorum(quorum: int | None, scorers: int, change: str) -> int:
+    """The approving scorers a decision needs: ``quorum``, or a majority of ``scorers`` when it
+    is None. Any two quorums must share a scorer, so anything but a majority is a usage error
+    (``change`` says which options set them)."""
+    if quorum is None:
+        return scorers // 2 + 1
+    if not scorers >= quorum > scorers / 2:
+        raise UsageError(f"quorum {quorum} must be a majority of the {scorers} scorer(s) "
+                         f"(from {scorers // 2 + 1} to {scorers}); change {change}")
+    return quorum
 
 
 def positive(value: str) -> int:

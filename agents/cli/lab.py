@@ -29,6 +29,7 @@ def _shape(value: str) -> tuple[int, int, int]:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
+    from agents.cli.common import majority_quorum
     from agents.cli.errors import UsageError
     from chaos.sim.faults import FaultSpecError, parse_faults
     from chaos.sim.runner import judge, quiet_logs, report, run_many, write_report
@@ -39,11 +40,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
     except FaultSpecError as exc:
         raise UsageError(str(exc)) from None
     decomposers, scorers, executors = args.members
-    if args.quorum > scorers:
-        raise UsageError(f"quorum {args.quorum} can never be reached by {scorers} scorer(s); "
-                         "lower --quorum or add scorers in --members")
+    quorum = majority_quorum(args.quorum, scorers, "--quorum or the scorers in --members")
     base = SimConfig(seed=0, decomposers=decomposers, scorers=scorers, executors=executors,
-                     observers=args.observers, quorum=args.quorum, faults=faults, parallel=args.parallel)
+                     observers=args.observers, quorum=quorum, faults=faults, parallel=args.parallel)
     started = time.perf_counter()
     if args.seed is not None:
         quiet_logs()
@@ -95,7 +94,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--members", type=_shape, default=(3, 3, 3), metavar="D/S/E",
                      help="decomposers/scorers/executors (default 3/3/3)")
     sim.add_argument("--observers", type=int, default=1, choices=range(0, 4), metavar="N")
-    sim.add_argument("--quorum", type=_positive, default=2)
+    sim.add_argument("--quorum", type=_positive, help="approving scorers a decision needs (default: a majority)")
     sim.add_argument("--faults", default="all",
                      help=f"comma list of {', '.join(FAULT_KINDS)}; or all (default) or none")
     sim.add_argument("--parallel", type=int, default=1, choices=range(1, 9), metavar="N",

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agents import logs
+from agents.cli.common import majority_quorum, write_atomically, write_json
 from agents.cli.common import positive as _positive
 from agents.cli.common import seconds as _seconds
-from agents.cli.common import write_atomically, write_json
 from agents.cli.errors import CommandError, UsageError
 from agents.core.decode import decode_event
 from agents.core.events import EventRefused
@@ -33,12 +33,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             f"swarm simulate runs every role in one process on virtual time and supports only "
             f"--llm scripted (got {args.llm!r}); use 'swarm plan' for real models"
         )
-    if args.quorum is not None and not (args.scorers >= args.quorum > args.scorers / 2):
-        raise UsageError(f"quorum {args.quorum} must be a majority of the {args.scorers} scorer(s) "
-                         f"(from {args.scorers // 2 + 1} to {args.scorers}); change --quorum or --scorers")
+    quorum = majority_quorum(args.quorum, args.scorers, "--quorum or --scorers")
     quiet_logs()
     config = SimConfig(seed=args.seed, decomposers=args.decomposers, scorers=args.scorers,
-                       executors=args.executors, observers=1, quorum=args.quorum or args.scorers // 2 + 1,
+                       executors=args.executors, observers=1, quorum=quorum,
                        goal=args.goal, max_depth=args.max_depth, claim_lease_ms=int(args.claim_lease * 1000),
                        hold_limit_ms=int(args.claim_lease * 4000), model_latency_s=args.latency)
     result = simulate_plan(config)

@@ -71,6 +71,8 @@ def test_replay_names_each_refused_line_and_keeps_the_rest(simulated, tmp_path) 
     [
         (["simulate", GOAL, "--quorum", "4"], "quorum 4 must be a majority of the 3 scorer(s)"),
         (["simulate", GOAL, "--quorum", "1"], "quorum 1 must be a majority of the 3 scorer(s)"),
+        (["sim", "--members", "3/5/3", "--quorum", "2"], "quorum 2 must be a majority of the 5 scorer(s) "
+                                                         "(from 3 to 5); change --quorum or the scorers in --members"),
         (["simulate", GOAL, "--llm", "gpt"], "supports only --llm scripted"),
         (["simulate", GOAL, "--scorers", "0"], "must be at least 1"),
         (["replay", "/nonexistent/file.jsonl"], "cannot read event file /nonexistent/file.jsonl"),

@@ -144,7 +144,7 @@ def test_swarm_sim_writes_a_report_and_refuses_bad_arguments(tmp_path) -> None:
     bad = _swarm("sim", "--parallel", "0")
     assert bad.returncode == 2 and "--parallel: invalid choice: 0" in bad.stderr
     bad = _swarm("sim", "--members", "3/1/3", "--quorum", "2")
-    assert bad.returncode == 2 and "quorum 2 can never be reached by 1 scorer" in bad.stderr
+    assert bad.returncode == 2 and "quorum 2 must be a majority of the 1 scorer(s) (from 1 to 1)" in bad.stderr
 
 
 def test_the_config_is_all_a_run_depends_on() -> None:
