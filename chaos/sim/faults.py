@@ -14,7 +14,9 @@ store), ``stop``, ``pause`` (SIGSTOP: traffic waits), ``late``; ``skew``
 hold bound, and a new offset after a restart); ``storeloss`` (a restart with
 the store gone and the key kept), ``lostwrite`` (a crash loses what was not
 fsynced), ``corrupt`` (a crash leaves a damaged page), ``diskfull`` (writes
-fail for a while); ``slow`` (model latency); ``hostile`` (see
+fail for a while), ``eio`` (the disk fails every fsync for a while: the member
+stops at its next one, ``agents.store.DiskFailed``, and is restarted once the
+disk works); ``slow`` (model latency); ``hostile`` (see
 ``chaos.sim.hostile``).
 """
 
@@ -24,7 +26,7 @@ import random
 from dataclasses import dataclass, field
 
 FAULT_KINDS = ("delay", "loss", "dup", "partition", "crash", "stop", "late", "skew", "slow", "clock", "oneway",
-               "pause", "storeloss", "lostwrite", "corrupt", "diskfull", "hostile")
+               "pause", "storeloss", "lostwrite", "corrupt", "diskfull", "hostile", "eio")
 
 
 class FaultSpecError(ValueError):
@@ -47,6 +49,9 @@ def parse_faults(text: str) -> frozenset[str]:
     return frozenset(kinds)
 
 
+DISK_STATES = ("free", "full", "failing")
+
+
 @dataclass(frozen=True)
 class Step:
     at: float
@@ -54,7 +59,7 @@ class Step:
     members: tuple[str, ...] = ()
     groups: tuple[tuple[str, ...], ...] = ()
     weather: tuple[tuple[int, int], float, float] | None = None  # (delay range, loss, dup)
-    value: int = 0  # clock: the member's new offset in ms; disk: 1 full, 0 free
+    value: int = 0  # clock: the member's new offset in ms; disk: 1 full, 2 failing (eio), 0 free
     flag: str = ""  # restart: "wipe" (store lost), "unsynced" (lose what was not fsynced), "corrupt"
 
 
@@ -88,7 +93,7 @@ class FaultPlan:
             if step.action == "clock":
                 what += f" {step.value:+d} ms"
             if step.action == "disk":
-                what += " full" if step.value else " free"
+                what += " " + DISK_STATES[step.value]
             if step.flag:
                 what += f" ({step.flag})"
             lines.append(f"{step.at:7.2f}s {what}")
@@ -199,5 +204,12 @@ def draw_plan(rng: random.Random, members: list[str], kinds: frozenset[str], win
     skew = {m: (rng.randint(-4000, 4000) if "skew" in kinds else 0) for m in members}
     latency = {m: model_latency_s * (rng.choice([0.25, 1.0, 1.0, 2.0, 4.0]) if "slow" in kinds else 1.0)
                for m in members}
+    if "eio" in kinds:  # drawn last: the other kinds' draws are those of a schedule without it
+        name = rng.choice(candidates)
+        start = rng.uniform(0, window_s * 0.8)
+        end = round(min(window_s, start + rng.uniform(1, 8)), 3)
+        steps.append(Step(round(start, 3), "disk", members=(name,), value=2))
+        steps.append(Step(end, "disk", members=(name,)))
+        steps.append(Step(end, "restart", members=(name,)))  # a member the failure stopped
     ordered = sorted(steps, key=lambda s: (s.at, s.action, s.members, s.groups, s.value, s.flag))
     return FaultPlan(tuple(ordered), window_s, late, skew, latency, frozenset(stopped))

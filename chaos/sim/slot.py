@@ -14,7 +14,7 @@ import trio
 
 from agents.llm.scripted import STRATEGIES, ScriptedBackend
 from agents.member import Member
-from agents.store import EventStore, StoreError
+from agents.store import DiskFailed, EventStore, StoreError
 from agents.store.sqlite import DB_NAME
 from chaos.history import MemberHistory, Restart, Shown
 from chaos.sim.identities import EPOCH_MS, identity_for
@@ -30,6 +30,7 @@ class SimStore(EventStore):
     what a power cut leaves (``lostwrite``)."""
 
     full = False
+    failing = False  # every fsync fails (``eio``): a commit that waits for one is written, then refused
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -42,7 +43,15 @@ class SimStore(EventStore):
             events = list(events)
             if events:
                 raise StoreError(f"cannot write to {self.path}: database or disk is full (simulated)")
+        if self.failing and durable:  # as SQLite's own fsync failing: the commit may be in the log
+            super().add_many(events, durable=False)
+            raise DiskFailed(f"the disk under {self.path} failed an fsync (simulated); the member stops")
         return super().add_many(events, durable)
+
+    def _fsync_log(self) -> None:
+        if self.failing:
+            raise DiskFailed(f"cannot flush the log of {self.path} to its disk (simulated); the member stops")
+        super()._fsync_log()
 
     def _synced(self) -> None:
         super()._synced()
@@ -179,6 +188,9 @@ class Slot:
                     await nursery.start(self.member.run)
                     self.world.fabric.bring_up(network)
                     task_status.started()
+            except* DiskFailed:  # the member stopped itself; the nemesis restarts it once the disk works
+                self.world.fault("crash", f"{self.name} (it stopped: its disk failed an fsync)")
+                self.down("down")
             finally:
                 store.close()
 

@@ -34,7 +34,7 @@ from agents.core.events import GoalBody
 from agents.member import Member
 from agents.store import EventStore
 from chaos.history import History
-from chaos.sim.faults import FaultPlan, Step, draw_plan
+from chaos.sim.faults import DISK_STATES, FaultPlan, Step, draw_plan
 from chaos.sim.identities import EPOCH_MS, identity_for
 from chaos.sim.network import LinkWeather, SimFabric
 from chaos.sim.slot import Slot
@@ -276,8 +276,9 @@ class World:
         elif step.action == "disk":
             slot = self.slots[step.members[0]]
             if slot.store is not None and slot.state in ("up", "paused"):
-                slot.store.full = bool(step.value)  # type: ignore[attr-defined]
-                self.fault("disk", f"{slot.name} {'full' if step.value else 'free'}")
+                slot.store.full = step.value == 1  # type: ignore[attr-defined]
+                slot.store.failing = step.value == 2  # type: ignore[attr-defined]
+                self.fault("disk", f"{slot.name} {DISK_STATES[step.value]}")
 
     async def _hostile(self, hostile) -> None:
         with trio.CancelScope() as scope:

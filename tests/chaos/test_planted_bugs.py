@@ -147,6 +147,19 @@ def test_a_member_that_shows_a_decision_before_it_is_on_the_disk_is_caught(monke
     assert found[1] == "no_revocation", found
 
 
+def test_a_store_that_takes_a_failed_fsync_for_a_full_disk_is_caught(monkeypatch) -> None:
+    """A failed fsync reported as a refused write: the member takes back the event the commit
+    may hold (its seq free again, as after a full disk) and signs another there, and once the
+    disk works both are in its store: it forked itself."""
+    import chaos.sim.slot as slot_module
+    from agents.store import StoreError
+
+    monkeypatch.setattr(slot_module, "DiskFailed", StoreError)
+    found = _first_violation(SimConfig(seed=0, faults=frozenset({"eio"})))
+    assert found is not None, f"no violation in {BUDGET} seeds"
+    assert found[1] == "honest_feeds", found
+
+
 def test_a_gate_that_admits_anyone_is_caught(monkeypatch) -> None:
     """Tickets not checked: the hostile peer's sybil keys get their events stored (and counted)."""
     from agents.core.admission import Gate
