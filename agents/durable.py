@@ -11,8 +11,9 @@ both): only a crash of the machine does.
 
 What must outlive one here: a member's key (a new key is a new member, not
 admitted), its own feed's head (``agents.ownfeed``: a head taken back could let it
-sign at a seq it used, a fork), the cluster's files and reports, and the event
-store's write-ahead log once it holds the member's own events (``agents.store``).
+sign at a seq it used, a fork), the cluster's files and reports, and the name of
+the event store's write-ahead log, fsynced with the log's first fsync by the store
+(``agents.store``).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from agents.core.author import Author
 from agents.core.events import Event
 from agents.core.tree import PlanTree
 from agents.durable import replace_durably
+from agents.store import DiskFailed
 
 Head = tuple[int, str]  # (seq, id)
 
@@ -84,7 +85,12 @@ class OwnFeed:
         did not enter our own feed (a hole before it): signing on would never show in our tree."""
         if self.head_path is not None:  # the rename too: a head a power cut took back would let a
             # member whose store was lost with it sign again at a seq it used
-            replace_durably(self.head_path, f"{event.seq} {event.id}\n".encode())
+            try:
+                replace_durably(self.head_path, f"{event.seq} {event.id}\n".encode())
+            except OSError as exc:
+                raise DiskFailed(f"cannot record this member's feed head in {self.head_path}: {exc.strerror}; "
+                                 "the member stops rather than sign on without it (free space on the disk "
+                                 "or check it, then restart the member: its events are kept)") from None
         if tree.heads.get(self.author.peer_id) == (event.seq, event.id):
             return True
         self.missing = (event.seq, event.id)

@@ -116,6 +116,8 @@ def run_member_loop(main: Callable[[], Awaitable[None]], store: EventStore) -> N
         failed = exc if isinstance(exc, StoreError) else _first(exc, StoreError)
         if failed is None:
             raise
+        if isinstance(exc, BaseExceptionGroup) and (others := exc.split(StoreError)[1]) is not None:
+            log.error("the member also failed otherwise as it stopped", errors=repr(others)[:2000])
         with contextlib.suppress(StoreError):
             store.close()
         raise CommandError(str(failed)) from None

@@ -27,7 +27,6 @@ Schema changes are numbered migrations applied in order and recorded in
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
 import threading
@@ -96,6 +95,12 @@ def _write_ahead(db: sqlite3.Connection) -> None:
             time.sleep(0.1)
 
 
+def _disk_error(exc: sqlite3.OperationalError) -> bool:
+    """SQLite's I/O error (a write or an fsync the disk failed), as against a full disk, a busy
+    database and the like."""
+    return getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_IOERR
+
+
 def _insert_statement(rows: int) -> str:
     return ("INSERT OR IGNORE INTO events (id, author, seq, kind, hlc_ms, hlc_counter, raw) VALUES "
             + ",".join(("(?,?,?,?,?,?,?)",) * rows))
@@ -115,6 +120,10 @@ class EventStore:
         # syncs before its first fold shows them (a reader of the store need not)
         self.unsynced = True
         self._wal_entry: int | None = None  # the log (inode) whose directory entry was fsynced
+        # the disk's first failure: every write and sync after it is refused with it, or a later
+        # fsync (a new descriptor, which never hears of an error reported on another) would
+        # pass for the disk holding what it may have dropped
+        self.failed: DiskFailed | None = None
 
     @classmethod
     def open(cls, data_dir: str | Path) -> EventStore:
@@ -205,6 +214,7 @@ class EventStore:
             return 0
         try:
             with self._lock:
+                self._refuse_if_failed()
                 self._set_level(FULL if durable else NORMAL)
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
@@ -225,10 +235,10 @@ class EventStore:
                 elif added:
                     self.unsynced = True
         except sqlite3.OperationalError as exc:
-            if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_IOERR:
-                raise DiskFailed(f"the disk under {self.path} failed a write ({exc}); the member stops rather than "
-                                 "sign or show anything resting on it: check the disk, then restart the member "
-                                 "(what reached the disk is kept; sync fetches the rest again)") from None
+            if _disk_error(exc):
+                raise self._failing(f"the disk under {self.path} failed a write ({exc}); the member stops rather "
+                                    "than sign or show anything resting on it: check the disk, then restart the "
+                                    "member (what reached the disk is kept; sync fetches the rest again)") from None
             raise StoreError(
                 f"cannot write to {self.path}: {exc}; free space on its disk: nothing already stored is "
                 "lost, and events not stored are fetched again by sync"
@@ -240,10 +250,21 @@ class EventStore:
         commit not yet copied into the database, whose copies are fsynced by SQLite itself).
         Nothing to do when no commit came since the last."""
         with self._lock:
+            self._refuse_if_failed()
             if self.unsynced:
                 self._fsync_log()
 
+    def _refuse_if_failed(self) -> None:
+        if self.failed is not None:
+            raise DiskFailed(str(self.failed))
+
+    def _failing(self, message: str) -> DiskFailed:
+        """The disk failed: remember it (``failed``), and the error to raise."""
+        self.failed = DiskFailed(message)
+        return self.failed
+
     def _fsync_log(self) -> None:
+        self._refuse_if_failed()
         wal = self.path.with_name(self.path.name + "-wal")
         try:
             descriptor = os.open(wal, os.O_RDONLY)
@@ -257,7 +278,7 @@ class EventStore:
                 sync_directory(self.path.parent)  # once the directory is (``agents.durable``)
                 self._wal_entry = entry
         except OSError as exc:
-            raise DiskFailed(f"cannot flush {wal} to its disk: {exc.strerror}; the member stops rather than "
+            raise self._failing(f"cannot flush {wal} to its disk: {exc.strerror}; the member stops rather than "
                              "show what may not be on the disk (an fsync that failed once may not be retried): "
                              "restart it once the disk works; what it committed is kept, and events a failing "
                              "disk lost are fetched again by sync") from None
@@ -306,14 +327,22 @@ class EventStore:
             return list(self._decode(rows))
 
     def bump(self, counter: str, by: int = 1) -> None:
-        """Add to a local counter (refused events and the like): facts about this member only.
-        A full disk skips the count rather than fail the member: it is not worth a crash."""
-        with self._lock, contextlib.suppress(sqlite3.OperationalError):
-            self._db.execute(
-                "INSERT INTO counters (name, value) VALUES (?, ?) "
-                "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
-                (counter, by),
-            )
+        """Add to a local counter (refused events and the like): facts about this member only,
+        committed without an fsync. A full disk skips the count rather than fail the member:
+        it is not worth a crash; a failing disk stops it, as any write would."""
+        with self._lock:
+            self._refuse_if_failed()
+            self._set_level(NORMAL)
+            try:
+                self._db.execute(
+                    "INSERT INTO counters (name, value) VALUES (?, ?) "
+                    "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+                    (counter, by),
+                )
+            except sqlite3.OperationalError as exc:
+                if _disk_error(exc):
+                    raise self._failing(f"the disk under {self.path} failed a write ({exc}); the member stops: "
+                                        "check the disk, then restart the member") from None
 
     def counters(self) -> dict[str, int]:
         with self._lock:

@@ -49,18 +49,17 @@ def parse_faults(text: str) -> frozenset[str]:
     return frozenset(kinds)
 
 
-DISK_STATES = ("free", "full", "failing")
-
-
 @dataclass(frozen=True)
 class Step:
     at: float
-    action: str  # weather, clear, partition, oneway, heal, crash, restart, stop, pause, resume, clock, disk
+    action: str  # weather, clear, partition, oneway, heal, crash, restart, stop, pause, resume, clock, disk, eio
     members: tuple[str, ...] = ()
     groups: tuple[tuple[str, ...], ...] = ()
     weather: tuple[tuple[int, int], float, float] | None = None  # (delay range, loss, dup)
-    value: int = 0  # clock: the member's new offset in ms; disk: 1 full, 2 failing (eio), 0 free
-    flag: str = ""  # restart: "wipe" (store lost), "unsynced" (lose what was not fsynced), "corrupt"
+    value: int = 0  # clock: the member's new offset in ms; disk: 1 full, 0 free; eio: 1 failing, 0 working
+    # restart: "wipe" (store lost), "unsynced" (lose what was not fsynced), "corrupt"; "eio": only a
+    # member its failing disk stopped
+    flag: str = ""
 
 
 @dataclass(frozen=True)
@@ -93,7 +92,9 @@ class FaultPlan:
             if step.action == "clock":
                 what += f" {step.value:+d} ms"
             if step.action == "disk":
-                what += " " + DISK_STATES[step.value]
+                what += " full" if step.value else " free"
+            if step.action == "eio":
+                what += " failing" if step.value else " working"
             if step.flag:
                 what += f" ({step.flag})"
             lines.append(f"{step.at:7.2f}s {what}")
@@ -208,8 +209,8 @@ def draw_plan(rng: random.Random, members: list[str], kinds: frozenset[str], win
         name = rng.choice(candidates)
         start = rng.uniform(0, window_s * 0.8)
         end = round(min(window_s, start + rng.uniform(1, 8)), 3)
-        steps.append(Step(round(start, 3), "disk", members=(name,), value=2))
-        steps.append(Step(end, "disk", members=(name,)))
-        steps.append(Step(end, "restart", members=(name,)))  # a member the failure stopped
+        steps.append(Step(round(start, 3), "eio", members=(name,), value=1))
+        steps.append(Step(end, "eio", members=(name,)))
+        steps.append(Step(end, "restart", members=(name,), flag="eio"))  # if the failure stopped it
     ordered = sorted(steps, key=lambda s: (s.at, s.action, s.members, s.groups, s.value, s.flag))
     return FaultPlan(tuple(ordered), window_s, late, skew, latency, frozenset(stopped))

@@ -45,12 +45,12 @@ class SimStore(EventStore):
                 raise StoreError(f"cannot write to {self.path}: database or disk is full (simulated)")
         if self.failing and durable:  # as SQLite's own fsync failing: the commit may be in the log
             super().add_many(events, durable=False)
-            raise DiskFailed(f"the disk under {self.path} failed an fsync (simulated); the member stops")
+            raise self._failing(f"the disk under {self.path} failed an fsync (simulated); the member stops")
         return super().add_many(events, durable)
 
     def _fsync_log(self) -> None:
         if self.failing:
-            raise DiskFailed(f"cannot flush the log of {self.path} to its disk (simulated); the member stops")
+            raise self._failing(f"cannot flush the log of {self.path} to its disk (simulated); the member stops")
         super()._fsync_log()
 
     def _synced(self) -> None:
@@ -114,6 +114,7 @@ class Slot:
         # not in the crash image, and it was never acknowledged by the process that died
         self.held_at_kill: frozenset[str] = frozenset()
         self.member: Member | None = None
+        self.stopped_by_disk = False  # down because its disk failed (``eio``), not by the nemesis
         self._life: object | None = None  # the member's present life: what it shows is recorded
         self.scope: trio.CancelScope | None = None
         self.store: EventStore | None = None
@@ -136,6 +137,7 @@ class Slot:
                     _corrupt(path, rng)
 
     async def start(self, flag: str = "") -> None:
+        self.stopped_by_disk = False
         held_before = self.held_at_kill
         if self.state == "down":
             # a killed process never closes its store (closing would checkpoint the log into
@@ -179,7 +181,7 @@ class Slot:
 
     async def _live(self, network: SimNetwork, task_status=trio.TASK_STATUS_IGNORED) -> None:
         assert self.member is not None and self.store is not None
-        store = self.store
+        store, life, started = self.store, self._life, False
         with trio.CancelScope() as scope:
             self.scope = scope
             try:
@@ -188,9 +190,15 @@ class Slot:
                     await nursery.start(self.member.run)
                     self.world.fabric.bring_up(network)
                     task_status.started()
+                    started = True
             except* DiskFailed:  # the member stopped itself; the nemesis restarts it once the disk works
-                self.world.fault("crash", f"{self.name} (it stopped: its disk failed an fsync)")
-                self.down("down")
+                if life is self._life:  # not a life the nemesis ended already (a task that ran on)
+                    self.world.fault("crash", f"{self.name} (it stopped: its disk failed an fsync)")
+                    self.world.fabric.resume(self.identity.peer_id)  # as the nemesis's crash: not left paused
+                    self.down("down")
+                    self.stopped_by_disk = True
+                if not started:
+                    task_status.started()
             finally:
                 store.close()
 

@@ -34,7 +34,7 @@ from agents.core.events import GoalBody
 from agents.member import Member
 from agents.store import EventStore
 from chaos.history import History
-from chaos.sim.faults import DISK_STATES, FaultPlan, Step, draw_plan
+from chaos.sim.faults import FaultPlan, Step, draw_plan
 from chaos.sim.identities import EPOCH_MS, identity_for
 from chaos.sim.network import LinkWeather, SimFabric
 from chaos.sim.slot import Slot
@@ -238,7 +238,10 @@ class World:
                 self.fault("stop", f"{slot.name} (never started)")
         elif step.action == "restart":
             slot = self.slots[step.members[0]]
-            if slot.state == "down":
+            if step.flag == "eio" and slot.state == "down" and slot.stopped_by_disk:
+                self.fault("restart", f"{slot.name} (its disk works again)")
+                await slot.start()
+            elif slot.state == "down" and step.flag != "eio":
                 self.fault("restart", f"{slot.name} ({step.flag})" if step.flag else slot.name)
                 await slot.start(step.flag)
         elif step.action == "oneway":
@@ -276,9 +279,13 @@ class World:
         elif step.action == "disk":
             slot = self.slots[step.members[0]]
             if slot.store is not None and slot.state in ("up", "paused"):
-                slot.store.full = step.value == 1  # type: ignore[attr-defined]
-                slot.store.failing = step.value == 2  # type: ignore[attr-defined]
-                self.fault("disk", f"{slot.name} {DISK_STATES[step.value]}")
+                slot.store.full = bool(step.value)  # type: ignore[attr-defined]
+                self.fault("disk", f"{slot.name} {'full' if step.value else 'free'}")
+        elif step.action == "eio":
+            slot = self.slots[step.members[0]]
+            if slot.store is not None and slot.state in ("up", "paused"):
+                slot.store.failing = bool(step.value)  # type: ignore[attr-defined]
+                self.fault("disk", f"{slot.name} {'failing' if step.value else 'working'}")
 
     async def _hostile(self, hostile) -> None:
         with trio.CancelScope() as scope:

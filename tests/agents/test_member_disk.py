@@ -184,3 +184,70 @@ def test_a_member_whose_disk_fails_its_own_vote_stops_and_says_why(tmp_path: Pat
         own = [e for e in reopened.events() if e.author == me.peer_id]
         assert [(e.seq, e.kind) for e in own] == [(1, "vote")]  # the one the disk may hold, nothing after
         assert len(reopened.events()) == len(board.events) + 1
+
+
+def test_after_its_disk_failed_once_the_store_refuses_every_write_and_sync(tmp_path: Path, monkeypatch) -> None:
+    """A later fsync (a new descriptor) never hears of the error reported on another, and
+    would pass for the disk holding what it dropped: the store refuses from the first."""
+    board = Board(tag="poison")
+    with EventStore.open(tmp_path) as store:
+        store.add_many(board.events[:2], durable=False)
+        real_fsync = os.fsync
+
+        def refused(descriptor: int) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(os, "fsync", refused)
+        with pytest.raises(DiskFailed):
+            store.sync()
+        monkeypatch.setattr(os, "fsync", real_fsync)  # "works" again
+        for use in (store.sync, lambda: store.add_many(board.events[2:3], durable=False),
+                    lambda: store.bump("refused")):
+            with pytest.raises(DiskFailed, match="cannot flush"):
+                use()
+        assert store.count() == 2 and store.counters() == {}
+
+
+@pytest.mark.parametrize("via", ["gossip", "sync"])
+def test_others_events_a_failing_disk_refuses_stop_the_member_too(tmp_path: Path, via: str) -> None:
+    """Gossip stored on the event loop, a pull's batch on the store thread: a full disk is
+    counted and the events come again by sync; a failing disk stops the member."""
+    board = Board(tag=f"eio-{via}")
+    store = EventStore.open(tmp_path / "member")
+    member = Member(credentials("eio/o", "observer"), store, network=None,  # type: ignore[arg-type]
+                    think_in_thread=False, store_in_thread=via == "sync", now_ms=lambda: 10_000)
+    real = store._db
+    try:
+        for code, refusal in ((sqlite3.SQLITE_FULL, None), (778, DiskFailed)):  # 778: SQLITE_IOERR_WRITE
+            store._db = _CommitFails(real, code, written=False)  # type: ignore[assignment]
+            if via == "gossip":
+                stored = lambda: member._admit(board.events, "gossip")  # noqa: E731
+            else:
+                stored = lambda: member.written(board.events, member.store_behind(board.events), "sync")  # noqa: E731
+            if refusal is None:
+                assert stored() == 0 and member.stats.store_errors == 1
+            else:
+                with pytest.raises(refusal):
+                    stored()
+        assert len(member.index) == 0  # neither indexed nor folded
+    finally:
+        store._db = real
+        member.close()
+        store.close()
+
+
+def test_a_feed_head_the_disk_refuses_stops_the_member(tmp_path: Path, monkeypatch) -> None:
+    from agents.core.fold import fold
+    from agents.ownfeed import OwnFeed
+    from tests.builders import Feed, goal
+
+    client = Feed("eio/c", "client")
+    event = client.at(1000, goal("Plan a day in Kyoto", [Feed("eio/s", "scorer").peer_id], 1))
+    own = OwnFeed(client.author, tmp_path / "feed.head")
+
+    def no_room(descriptor: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", no_room)
+    with pytest.raises(DiskFailed, match=r"feed head in .*feed.head: No space left on device; the member stops"):
+        own.signed(event, fold([event]))

@@ -148,13 +148,17 @@ def test_a_member_that_shows_a_decision_before_it_is_on_the_disk_is_caught(monke
 
 
 def test_a_store_that_takes_a_failed_fsync_for_a_full_disk_is_caught(monkeypatch) -> None:
-    """A failed fsync reported as a refused write: the member takes back the event the commit
-    may hold (its seq free again, as after a full disk) and signs another there, and once the
-    disk works both are in its store: it forked itself."""
-    import chaos.sim.slot as slot_module
-    from agents.store import StoreError
+    """A commit whose fsync failed reported as a refused write: the member takes back the event
+    the commit may hold (its seq free again, as after a full disk) and signs another there, and
+    once the disk works both are in its store: it forked itself."""
+    from agents.store import EventStore, StoreError
 
-    monkeypatch.setattr(slot_module, "DiskFailed", StoreError)
+    honest = EventStore._failing
+
+    def as_a_full_disk(self, message: str):
+        return StoreError(message) if "failed an fsync" in message else honest(self, message)
+
+    monkeypatch.setattr(EventStore, "_failing", as_a_full_disk)
     found = _first_violation(SimConfig(seed=0, faults=frozenset({"eio"})))
     assert found is not None, f"no violation in {BUDGET} seeds"
     assert found[1] == "honest_feeds", found

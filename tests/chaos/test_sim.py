@@ -118,6 +118,23 @@ def test_a_decision_whose_only_evidence_a_wiped_store_took_is_still_judged_by_it
     assert any(s.kind == "split" and s.after for s in history.members["scorer-0"].shown)
 
 
+def test_a_member_its_failing_disk_stopped_comes_back_once_the_disk_works() -> None:
+    """``eio``: the member stops at its first failed fsync (its own restart, not the nemesis's
+    crash) and is restarted from its store once the disk works; nothing it showed is lost."""
+    stops = 0
+    for seed in range(6):
+        history = run_seed(SimConfig(seed=seed, faults=frozenset({"eio"}))).history
+        for stop in [f for f in history.faults if f.kind == "crash"]:
+            assert "its disk failed an fsync" in stop.detail, stop
+            name = stop.detail.split(" ", 1)[0]
+            back = [f for f in history.faults if f.kind == "restart" and f.at >= stop.at and f.detail.startswith(name)]
+            assert back and "its disk works again" in back[0].detail, (seed, stop, back)
+            assert history.members[name].restarts and history.members[name].alive, (seed, name)
+            stops += 1
+        assert [v for v in check(history) if v.status == "fail"] == [], seed
+    assert stops, "no seed's failing disk stopped its member"
+
+
 def test_bad_fault_names_are_refused_with_the_choices() -> None:
     with pytest.raises(FaultSpecError, match=r"unknown fault kind.*partiton.*choose from"):
         parse_faults("partiton,crash")

@@ -181,6 +181,7 @@ def _adversarial(count: int = 8) -> dict[str, Any]:
     # module imported (its "local constants"): the sets changed with a module added to the
     # member's store. Offered none, they change only with the generator or the protocol (a
     # private hook of the pinned version: an upgrade that moves it fails here, loudly).
+    assert hasattr(providers, "_get_local_constants"), "hypothesis moved its local constants: see above"
     providers._get_local_constants = Constants
     found = []
 
