@@ -1,0 +1,107 @@
+"""A real member process whose disk starts failing its fsyncs while it runs.
+
+The failure is real to the process: a shim preloaded into it (built here with the
+system's C compiler, which ``make install`` needs anyway) makes libc's ``fsync`` and
+``fdatasync`` fail with EIO, for SQLite and Python alike, from the moment a flag
+file exists. The member starts on a working disk, the flag is set, then a peer
+holding a decided split comes up: the member pulls the split, is about to show it,
+and its fsync fails. It must stop with the store's message (no traceback), show
+nothing, and keep what it committed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from agents.cli.plan import Proc, end_processes, free_port, start_agent
+from agents.clusterdir import ClusterDir
+from agents.keyfile import load_or_create
+from agents.store import EventStore
+from tests.agents.test_rounds import Board
+from tests.builders import AUTHORITY, CLUSTER
+
+SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static int failing(void) {
+    const char *flag = getenv("SWARM_TEST_FSYNC_FAILS_WHEN");
+    return flag != NULL && access(flag, F_OK) == 0;
+}
+
+int fsync(int fd) {
+    static int (*real)(int);
+    if (failing()) { errno = EIO; return -1; }
+    if (real == NULL) real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
+    return real(fd);
+}
+
+int fdatasync(int fd) {
+    static int (*real)(int);
+    if (failing()) { errno = EIO; return -1; }
+    if (real == NULL) real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
+    return real(fd);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def fsync_shim(tmp_path_factory) -> Path:
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler, "a C compiler is needed to build the failing-fsync shim: install gcc (build-essential)"
+    where = tmp_path_factory.mktemp("shim")
+    (where / "shim.c").write_text(SHIM)
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(where / "shim.so"), str(where / "shim.c"), "-ldl"],
+                   check=True, capture_output=True, timeout=120)
+    return where / "shim.so"
+
+
+def _wait_for(condition, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_a_member_whose_disk_fails_while_it_runs_stops_shows_nothing_and_keeps_its_events(
+        tmp_path: Path, fsync_shim: Path, monkeypatch) -> None:
+    board = Board(tag="eio-process")
+    board.accept(("Kyoto lodging", "Tokyo rail pass"), "eio-process")  # a split, decided
+    admin = ClusterDir.init(tmp_path / "cluster", CLUSTER, authority=AUTHORITY)
+    holder, member = (Proc(name, tmp_path / name, free_port(), load_or_create(tmp_path / name).peer_id)
+                      for name in ("holder", "member"))
+    for proc in (holder, member):
+        admin.admit_dir(proc.data_dir, "observer")
+    with EventStore.open(holder.data_dir) as store:
+        store.add_many(board.events)
+    flag = tmp_path / "disk-fails"
+    monkeypatch.setenv("LD_PRELOAD", str(fsync_shim))
+    monkeypatch.setenv("SWARM_TEST_FSYNC_FAILS_WHEN", str(flag))
+    start_agent(member, "observer", [holder], cluster=CLUSTER)  # its peer is not up yet
+    monkeypatch.delenv("LD_PRELOAD")
+    try:
+        _wait_for(lambda: (member.data_dir / "addrs").exists() or member.process.poll() is not None,
+                  "the member to start")
+        assert member.process.poll() is None, (member.data_dir / "agent.log").read_text()[-2000:]
+        flag.touch()  # from now on its disk fails every fsync
+        start_agent(holder, "observer", [], cluster=CLUSTER)
+        _wait_for(lambda: member.process.poll() is not None, "the member to stop", timeout=90)
+    finally:
+        end_processes([p.process for p in (member, holder) if p.process is not None])
+    log = (member.data_dir / "agent.log").read_text()
+    assert member.process.returncode == 1, log[-2000:]
+    assert "swarm agent: cannot flush" in log and "Input/output error; the member stops" in log, log[-2000:]
+    assert "Traceback" not in log, log[-3000:]
+    shown = [json.loads(line) for line in (member.data_dir / "transitions.jsonl").read_text().splitlines()]
+    assert not [s for s in shown if s.get("kind") == "split"], shown  # it never showed the split
+    with EventStore.open(member.data_dir) as store:  # committed, not fsynced: a kill keeps it
+        assert {e.id for e in store.events()} == {e.id for e in board.events}
