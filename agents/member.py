@@ -29,6 +29,7 @@ member's profile, fifty members on one disk: a tenth of its samples in the commi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -283,8 +284,12 @@ class Member(MemberSync, MemberActing):
             self._log.info("event held", reason=answer.reason[:300])
         elif isinstance(answer, Refused) and answer.first:
             self.stats.refused += 1
-            self.store.bump("refused")
-            self.store.bump(f"refused:{answer.rule}")
+            # here inside py-libp2p's gossip validation, which an exception would break; a disk
+            # that failed the count is refused by the store from now on, and the member stops at
+            # its next write or fsync
+            with contextlib.suppress(StoreError):
+                self.store.bump("refused")
+                self.store.bump(f"refused:{answer.rule}")
             self._log.warning("event refused", via=via, rule=answer.rule, reason=answer.reason[:300])
         return None
 

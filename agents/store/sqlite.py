@@ -212,9 +212,9 @@ class EventStore:
         ]
         if not rows:
             return 0
-        try:
-            with self._lock:
-                self._refuse_if_failed()
+        with self._lock:  # a failure is recorded before another thread may sync
+            self._refuse_if_failed()
+            try:
                 self._set_level(FULL if durable else NORMAL)
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
@@ -234,15 +234,16 @@ class EventStore:
                     self._fsync_log()  # nothing new written: SQLite had nothing to fsync
                 elif added:
                     self.unsynced = True
-        except sqlite3.OperationalError as exc:
-            if _disk_error(exc):
-                raise self._failing(f"the disk under {self.path} failed a write ({exc}); the member stops rather "
-                                    "than sign or show anything resting on it: check the disk, then restart the "
-                                    "member (what reached the disk is kept; sync fetches the rest again)") from None
-            raise StoreError(
-                f"cannot write to {self.path}: {exc}; free space on its disk: nothing already stored is "
-                "lost, and events not stored are fetched again by sync"
-            ) from None
+            except sqlite3.OperationalError as exc:
+                if _disk_error(exc):
+                    raise self._failing(f"the disk under {self.path} failed a write ({exc}); the member stops "
+                                        "rather than sign or show anything resting on it: check the disk, then "
+                                        "restart the member (what reached the disk is kept; sync fetches the rest "
+                                        "again)") from None
+                raise StoreError(
+                    f"cannot write to {self.path}: {exc}; free space on its disk: nothing already stored is "
+                    "lost, and events not stored are fetched again by sync"
+                ) from None
         return added
 
     def sync(self) -> None:

@@ -135,6 +135,26 @@ def test_a_member_its_failing_disk_stopped_comes_back_once_the_disk_works() -> N
     assert stops, "no seed's failing disk stopped its member"
 
 
+def test_the_restart_after_a_failing_disk_brings_back_only_a_member_that_disk_stopped(monkeypatch) -> None:
+    """A member another fault holds down when its disk would fail stays down until that fault's
+    own restart, which does its damage (here a wipe): the disk's restart is not for it."""
+    import chaos.sim.world as world_module
+    from chaos.sim.faults import FaultPlan, Step
+
+    config = SimConfig(seed=0, faults=frozenset({"crash", "eio"}))
+    steps = (Step(2.0, "crash", members=("executor-0",)), Step(3.0, "eio", members=("executor-0",), value=1),
+             Step(5.0, "eio", members=("executor-0",)), Step(5.0, "restart", members=("executor-0",), flag="eio"),
+             Step(9.0, "restart", members=("executor-0",), flag="wipe"),
+             Step(config.window_s, "clear", weather=((1, 30), 0.0, 0.0)))
+    names = config.names()
+    monkeypatch.setattr(world_module, "draw_plan", lambda *args: FaultPlan(
+        steps, config.window_s, {}, {m: 0 for m in names}, {m: config.model_latency_s for m in names}))
+    history = run_seed(config).history
+    restarts = history.members["executor-0"].restarts
+    assert [(r.at, r.fault) for r in restarts] == [(9.0, "wipe")], restarts
+    assert not [f for f in history.faults if "disk works again" in f.detail]
+
+
 def test_bad_fault_names_are_refused_with_the_choices() -> None:
     with pytest.raises(FaultSpecError, match=r"unknown fault kind.*partiton.*choose from"):
         parse_faults("partiton,crash")
