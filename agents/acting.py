@@ -25,7 +25,7 @@ from agents.core.tree import PlanTree
 from agents.llm.base import Backend, CallDropped
 from agents.roles import POLICIES, THINKING, Claim, Intent, Me, Renew
 from agents.roles.compose import EventBody, compose, latency_key
-from agents.store import DiskFailed, StoreError
+from agents.store import StoreError
 
 MUTE_WARNING_S = 30.0  # how often a member that cannot sign yet says why
 ACT_INTERVAL = 0.25
@@ -103,9 +103,7 @@ class MemberActing:
                 self._last_renew[intent.claim] = now
             try:
                 await self.publish(compose(intent, self.tree, self.backend, self.me))  # type: ignore[arg-type]
-            except DiskFailed:
-                raise  # the member stops (``agents.store.DiskFailed``)
-            except (StoreError, HoldingStill):
+            except (StoreError, HoldingStill):  # (a failing disk, ``DiskFailed``, ends the member)
                 return False  # logged; the policy asks again next time (unless holding still)
             return True
         return False
@@ -194,8 +192,6 @@ class MemberActing:
             else:
                 try:
                     await self.publish(body)
-                except DiskFailed:
-                    raise  # the member stops (``agents.store.DiskFailed``)
                 except StoreError:
                     self._done.discard(intent)  # not stored, not sent: think again later
                 except HoldingStill:

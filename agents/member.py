@@ -247,7 +247,7 @@ class Member(MemberSync, MemberActing):
     def _not_stored(self, exc: StoreError, events: list[Event], via: str) -> int:
         self.stats.store_errors += 1
         self._log.error("store refused events", via=via, events=len(events), error=str(exc)[:300])
-        if via == "self" or isinstance(exc, DiskFailed):  # a failing disk stops the member
+        if via == "self":
             raise exc
         return 0
 
@@ -287,7 +287,7 @@ class Member(MemberSync, MemberActing):
             # here inside py-libp2p's gossip validation, which an exception would break; a disk
             # that failed the count is refused by the store from now on, and the member stops at
             # its next write or fsync
-            with contextlib.suppress(StoreError):
+            with contextlib.suppress(StoreError, DiskFailed):
                 self.store.bump("refused")
                 self.store.bump(f"refused:{answer.rule}")
             self._log.warning("event refused", via=via, rule=answer.rule, reason=answer.reason[:300])
@@ -384,9 +384,7 @@ class Member(MemberSync, MemberActing):
         event = self.author.sign(body)
         try:
             self._admit([event], "self")
-        except DiskFailed:
-            raise  # stored or not, nobody can say: its seq is never used again (the member stops)
-        except StoreError:
+        except StoreError:  # (not ``DiskFailed``: stored or not, nobody can say; the member stops)
             self.author.unsign(event)  # never stored, never sent: the seq is free again
             raise
         if not self.own.signed(event, self.tree):

@@ -21,7 +21,7 @@ from agents.keyfile import KeyFileError, load_or_create
 from agents.member import Member
 from agents.metrics import parse_address
 from agents.status import StatusBoard, publish_statuses, read_statuses
-from agents.store import EventStore, StoreError
+from agents.store import DiskFailed, EventStore, StoreError
 
 log = structlog.get_logger("swarm.cli")
 
@@ -112,18 +112,19 @@ def run_member_loop(main: Callable[[], Awaitable[None]], store: EventStore) -> N
     closed, and what it committed is kept."""
     try:
         trio.run(main)
-    except (StoreError, BaseExceptionGroup) as exc:
-        failed = exc if isinstance(exc, StoreError) else _first(exc, StoreError)
+    except (StoreError, DiskFailed, BaseExceptionGroup) as exc:
+        stopping = (StoreError, DiskFailed)
+        failed = exc if isinstance(exc, stopping) else _first(exc, stopping)
         if failed is None:
             raise
-        if isinstance(exc, BaseExceptionGroup) and (others := exc.split(StoreError)[1]) is not None:
+        if isinstance(exc, BaseExceptionGroup) and (others := exc.split(stopping)[1]) is not None:
             log.error("the member also failed otherwise as it stopped", errors=repr(others)[:2000])
         with contextlib.suppress(StoreError):
             store.close()
         raise CommandError(str(failed)) from None
 
 
-def _first(group: BaseExceptionGroup, kind: type[BaseException]) -> BaseException | None:
+def _first(group: BaseExceptionGroup, kind: tuple[type[BaseException], ...]) -> BaseException | None:
     """The first exception of ``kind`` in ``group``, however deep (trio nests a group per nursery)."""
     for exc in group.exceptions:
         if isinstance(exc, kind):

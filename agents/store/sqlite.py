@@ -62,12 +62,14 @@ class StoreError(RuntimeError):
     """The store cannot be opened or used; the message says why and what to do."""
 
 
-class DiskFailed(StoreError):
+class DiskFailed(RuntimeError):
     """The disk failed a write or an fsync (an I/O error, not a full disk). Whether the commit
     under way is on it nobody can say (SQLite may find it in the log at the next open), and
     an fsync that failed once may report success the next time, the kernel having dropped
     what it could not write. So nothing may rest on this store any more: the member stops,
-    shows nothing more, and never signs again at the seq the failed commit held."""
+    shows nothing more, and never signs again at the seq the failed commit held. Not a
+    ``StoreError``: every caller that takes a refused write as worth retrying (a full disk)
+    lets this one through, and the member ends."""
 
 
 # rows per INSERT statement: one statement is one step of SQLite's engine, taken without the
@@ -236,10 +238,7 @@ class EventStore:
                     self.unsynced = True
             except sqlite3.OperationalError as exc:
                 if _disk_error(exc):
-                    raise self._failing(f"the disk under {self.path} failed a write ({exc}); the member stops "
-                                        "rather than sign or show anything resting on it: check the disk, then "
-                                        "restart the member (what reached the disk is kept; sync fetches the rest "
-                                        "again)") from None
+                    raise self._write_failed(exc) from None
                 raise StoreError(
                     f"cannot write to {self.path}: {exc}; free space on its disk: nothing already stored is "
                     "lost, and events not stored are fetched again by sync"
@@ -263,6 +262,11 @@ class EventStore:
         """The disk failed: remember it (``failed``), and the error to raise."""
         self.failed = DiskFailed(message)
         return self.failed
+
+    def _write_failed(self, exc: sqlite3.OperationalError) -> DiskFailed:
+        return self._failing(f"the disk under {self.path} failed a write ({exc}); the member stops rather than "
+                             "sign or show anything resting on it: check the disk, then restart the member (what "
+                             "reached the disk is kept; sync fetches the rest again)")
 
     def _fsync_log(self) -> None:
         self._refuse_if_failed()
@@ -342,8 +346,7 @@ class EventStore:
                 )
             except sqlite3.OperationalError as exc:
                 if _disk_error(exc):
-                    raise self._failing(f"the disk under {self.path} failed a write ({exc}); the member stops: "
-                                        "check the disk, then restart the member") from None
+                    raise self._write_failed(exc) from None
 
     def counters(self) -> dict[str, int]:
         with self._lock:
