@@ -41,6 +41,20 @@ class Restart:
 
 
 @dataclass(frozen=True)
+class DiskFailure:
+    """The member's disk began failing every fsync at ``at``. ``stopped_at``: when the member
+    ended itself for it (None: it was still running when the lab stopped waiting); ``exit_code``
+    its process's status (None in the simulation, which has no processes); ``last_words`` the
+    end of what it said as it stopped; ``traceback`` whether that held a Python traceback."""
+
+    at: float
+    stopped_at: float | None
+    exit_code: int | None = None
+    last_words: str = ""
+    traceback: bool = False
+
+
+@dataclass(frozen=True)
 class Shown:
     """One change of what a member showed (``agents.core.transitions``), at run time ``at``.
     ``kind == "start"`` marks the member (re)starting; the changes after it are its first fold,
@@ -72,6 +86,7 @@ class MemberHistory:
     complete: bool = False
     completed_at: float | None = None
     restarts: list[Restart] = field(default_factory=list)
+    disk_failures: list[DiskFailure] = field(default_factory=list)
     shown: list[Shown] = field(default_factory=list)  # every change of what it showed, in order
     model_calls: int = 0
     refused: dict[str, int] = field(default_factory=dict)  # events refused, by rule, each once

@@ -21,6 +21,7 @@ _ENDS = {"partition": ("heal", "partition"), "oneway": ("heal", "oneway"), "weat
 _PER_MEMBER = ("loss", "toxic", "bandwidth", "disk")  # windows of one member: ended by that member's own
 _DEFAULT_WEATHER = "delay 1-30ms loss 0% dup 0%"  # the simulation's normal links: no fault
 _LASTS = re.compile(r"for (\d+(?:\.\d+)?)s")  # "a never-admitted peer attacks for 20s"
+_DISK_OK = (["free"], ["working"])  # "disk NAME free" (full no more), "disk NAME working ..." (fails no more)
 _DOWN = {"crash": "down", "kill": "down", "stop": "stopped", "pause": "paused", "wipe": "down"}
 _UP = ("restart", "start", "resume", "unpause")
 
@@ -61,8 +62,8 @@ def fault_windows(history: History, until: float | None = None) -> list[Window]:
                     and (k[0] not in _PER_MEMBER or k[1] == _member_of(fault.detail))]:
             start, label, members = open_.pop(key)
             windows.append(Window(start, fault.at, key[0], label, members))
-        if (fault.detail.endswith((" 0%", " unlimited", " free")) or fault.detail == _DEFAULT_WEATHER
-                or fault.kind not in _ENDS):
+        if (fault.detail.endswith((" 0%", " unlimited")) or fault.detail == _DEFAULT_WEATHER
+                or fault.kind not in _ENDS or (fault.kind == "disk" and fault.detail.split(" ")[1:2] in _DISK_OK)):
             continue  # an end, or the normal state: nothing opens
         lasts = _LASTS.search(fault.detail) if fault.kind == "hostile" else None
         if lasts:

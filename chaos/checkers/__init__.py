@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from chaos.checkers.convergence import convergence, durability, late_join
+from chaos.checkers.disk import disk_failure
 from chaos.checkers.finality import no_revocation
 from chaos.checkers.hostility import hostile_refused
 from chaos.checkers.integrity import event_sets, honest_feeds, observer_truth, wasted_work
@@ -35,6 +36,7 @@ CHECKERS: dict[str, Callable[[History], Verdict]] = {
     "liveness": liveness,
     "late_join": late_join,
     "durability": durability,
+    "disk_failure": disk_failure,
 }
 
 

@@ -41,6 +41,7 @@ from testcontainers.core.waiting_utils import WaitStrategy
 
 from agents.clusterdir import ClusterDir
 from agents.llm import SHARED_PARALLEL
+from chaos.lab.disk import FLAG_ENV, FLAG_NAME
 
 # Ryuk's image (testcontainers/ryuk) cannot be pulled here; cleanup is by our labels. Our
 # image is local: no registry prefix may be put before its name.
@@ -57,6 +58,7 @@ MODEL_PORT = 8090  # the run's one batched model (swarm model-service), alias "m
 MODEL_READY_S = 300  # loading the model on a busy 2-core machine
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 TOXIPROXY_IN_CONTAINER = "/opt/toxiproxy/toxiproxy-server"
+DISK_SHIM_IN_CONTAINER = "/opt/lab/failing-fsync.so"
 
 
 class LabError(RuntimeError):
@@ -172,6 +174,7 @@ class LabCluster:
     llm_latency: float = 1.0
     model_file: Path | None = None
     toxiproxy_binary: Path | None = None
+    disk_shim: Path | None = None  # preloaded into every member: its disk can be failed (chaos.lab.disk)
     image: str = IMAGE
     log_level: str = "info"  # "debug" logs every admitted event (the propagation figures read them)
     members: dict[str, LabMember] = field(default_factory=dict)
@@ -231,9 +234,16 @@ class LabCluster:
                        "--listen", f"/ip4/0.0.0.0/tcp/{PORT}"]
         container = self._container(["--log-level", self.log_level, *command], spec.name, hostname=spec.name,
                                     labels={"swarm-lab.member": spec.name})
+        preload = []
         if spec.skew_ms:
-            container.with_envs(LD_PRELOAD=FAKETIME_LIB, FAKETIME=f"{spec.skew_ms / 1000:+.3f}",
-                                FAKETIME_DONT_FAKE_MONOTONIC="1")
+            preload.append(FAKETIME_LIB)
+            container.with_envs(FAKETIME=f"{spec.skew_ms / 1000:+.3f}", FAKETIME_DONT_FAKE_MONOTONIC="1")
+        if self.disk_shim is not None:
+            preload.append(DISK_SHIM_IN_CONTAINER)
+            container.with_volume_mapping(self.disk_shim.resolve(), DISK_SHIM_IN_CONTAINER, "ro")
+            container.with_env(FLAG_ENV, f"/data/{FLAG_NAME}")
+        if preload:
+            container.with_env("LD_PRELOAD", ":".join(preload))
         container.with_volume_mapping(data_dir.resolve(), "/data", "rw")
         if self.toxiproxy_binary is not None:
             container.with_volume_mapping(self.toxiproxy_binary, TOXIPROXY_IN_CONTAINER, "ro")
@@ -296,6 +306,23 @@ class LabCluster:
     def stop(self, name: str) -> None:
         self.members[name].docker.stop(timeout=10)
         self.members[name].state = "stopped"
+
+    def fail_disk(self, name: str) -> None:
+        """From now on every fsync of the member fails with EIO (``chaos.lab.disk``)."""
+        if self.disk_shim is None:
+            raise LabError("this run's members were started without the failing-fsync shim: a scenario with a "
+                           "disk_fails step gets it")
+        (self.members[name].data_dir / FLAG_NAME).touch()
+
+    def replace_disk(self, name: str) -> None:
+        """The member's fsyncs work again (its store is the one the failing disk left)."""
+        (self.members[name].data_dir / FLAG_NAME).unlink(missing_ok=True)
+
+    def exit_code(self, name: str) -> int | None:
+        """The member's exit status if its process has ended by itself, else None."""
+        container = self.members[name].docker
+        container.reload()
+        return int(container.attrs["State"]["ExitCode"]) if container.status == "exited" else None
 
     def pause(self, name: str) -> None:
         self.members[name].docker.pause()

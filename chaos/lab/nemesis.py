@@ -156,6 +156,16 @@ class Nemesis:
             path.unlink()
         self.record("wipe", f"{name} (store deleted, key kept)")
 
+    def fail_disk(self, name: str) -> None:
+        """From now on every fsync of the member fails with EIO (``chaos.lab.disk``)."""
+        self.cluster.fail_disk(name)
+        self.record("disk", f"{name} failing (every fsync answers EIO)")
+
+    def replace_disk(self, name: str) -> None:
+        """The member's fsyncs work again, on the store the failing disk left."""
+        self.cluster.replace_disk(name)
+        self.record("disk", f"{name} working again (a new disk under its old store)")
+
     def set_loss(self, name: str, probability: float) -> None:
         if probability > 0:
             self.loss[name] = probability

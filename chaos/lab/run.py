@@ -29,8 +29,9 @@ from agents.store.sqlite import DB_NAME
 from agents.syncing import LATEST_WAKE
 from chaos.checkers import Verdict, check
 from chaos.checkers.finality import revocations
-from chaos.history import History, MemberHistory, Restart, Shown
+from chaos.history import DiskFailure, History, MemberHistory, Restart, Shown
 from chaos.lab.cluster import PAGE_PORT, LabCluster, LabError, MemberSpec
+from chaos.lab.disk import ShimError, failing_fsync_shim
 from chaos.lab.nemesis import Nemesis
 from chaos.lab.scenario import Scenario, Step
 from chaos.report_html import render as render_html
@@ -44,6 +45,9 @@ SAMPLE_S = 1.0
 # final read, and event_sets failed on an event still in flight
 QUIET_S = 2.0
 TOXIPROXY_BINARY = Path.home() / ".cache" / "swarm-plan" / "bin" / "toxiproxy-server"
+# how long a member whose disk failed may run on: its next own event or change shown fsyncs
+# and must end it (a claim holder renews its claim well within this)
+DISK_STOP_S = 60.0
 
 
 def read_events(data_dir: Path) -> list[Event]:
@@ -142,10 +146,16 @@ class ScenarioRun:
             from agents.llm.model_files import resolve
 
             model_file = resolve(None).path
+        disk_shim = None
+        if any(step.action == "disk_fails" for step in scenario.timeline):
+            try:
+                disk_shim = failing_fsync_shim()
+            except ShimError as exc:
+                raise LabError(f"{scenario.name}: {exc}") from None
         self.cluster = LabCluster(
             run_id=run_id, root=report_dir, cluster=f"lab-{run_id}", llm=scenario.llm,
             llm_latency=scenario.llm_latency_s, model_file=model_file, log_level=log_level,
-            toxiproxy_binary=TOXIPROXY_BINARY if TOXIPROXY_BINARY.exists() else None,
+            toxiproxy_binary=TOXIPROXY_BINARY if TOXIPROXY_BINARY.exists() else None, disk_shim=disk_shim,
         )
         self.history = History(scenario=scenario.name, seed=scenario.seed, shape=dict(scenario.shape),
                                quorum=scenario.quorum, convergence_bound_s=scenario.complete_within_s,
@@ -156,6 +166,7 @@ class ScenarioRun:
         self.recorder = Recorder(self.cluster, self.history, self.now)
         self._held_before: dict[str, set[str]] = {}
         self._wiped: set[str] = set()
+        self._failing_disks: set[str] = set()  # replaced when the member restarts
         self.memory_mb: dict[str, float | None] = {}  # each member's container memory at the end
         self._chosen_holder: str | None = None
         self.page = {"told": 0, "failed": 0}  # times the observers' pages were sent the faults in force
@@ -253,7 +264,7 @@ class ScenarioRun:
 
     def _apply(self, step: Step) -> None:
         n, target = self.nemesis, step.target
-        if step.action in ("kill", "stop", "pause", "unpause", "restart", "start") and target == "claim holder":
+        if step.action in ("kill", "stop", "pause", "unpause", "restart", "start", "disk_fails") and target == "claim holder":
             target = self._claim_holder()
         if step.action in ("kill", "stop"):
             self._held_before[target] = {e.id for e in read_events(self.cluster.members[target].data_dir)}
@@ -283,6 +294,8 @@ class ScenarioRun:
             self._held_before[target] = {e.id for e in read_events(self.cluster.members[target].data_dir)}
             n.wipe(target)
             self._wiped.add(target)
+        elif step.action == "disk_fails":
+            self._fail_disk(target)
         elif step.action == "heal":
             n.heal()
         elif step.action == "loss":
@@ -295,11 +308,38 @@ class ScenarioRun:
         elif step.action == "untoxic":
             n.clear_toxics(target)
 
+    def _fail_disk(self, name: str) -> None:
+        """Fail the member's disk and wait for it to stop by itself (``DISK_STOP_S`` at most),
+        recording how it ended for the ``disk_failure`` checker."""
+        if self.cluster.members[name].state != "running":
+            raise LabError(f"the timeline fails the disk of {name}, which is not running")
+        failed_at = self.now()
+        self.nemesis.fail_disk(name)
+        self._failing_disks.add(name)
+        deadline = time.monotonic() + DISK_STOP_S
+        while (code := self.cluster.exit_code(name)) is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        record = self.history.members[name]
+        if code is None:
+            record.disk_failures.append(DiskFailure(round(failed_at, 3), None))
+            self._fault("note", f"{name} still running {DISK_STOP_S:.0f}s after its disk failed")
+            return
+        stopped_at = self.now()
+        words = self.cluster.logs(name)[-3000:]
+        record.disk_failures.append(DiskFailure(round(failed_at, 3), round(stopped_at, 3), code, words,
+                                                "Traceback (most recent call last)" in words))
+        self._held_before[name] = {e.id for e in read_events(self.cluster.members[name].data_dir)}
+        self.cluster.members[name].state = "stopped"
+        self._fault("crash", f"{name} (it stopped itself: its disk failed an fsync; exit {code})")
+
     def _start(self, name: str) -> None:
         member = self.cluster.members[name]
         if member.state in ("running", "paused"):
             raise LabError(f"the timeline starts {name}, which is already running")
         restarting = member.state in ("killed", "stopped")
+        if name in self._failing_disks:
+            self._failing_disks.discard(name)
+            self.nemesis.replace_disk(name)
         self.nemesis.start(name)
         if restarting and name in self._held_before:
             after = {e.id for e in read_events(member.data_dir)}

@@ -16,7 +16,7 @@ from agents.llm.scripted import STRATEGIES, ScriptedBackend
 from agents.member import Member
 from agents.store import DiskFailed, EventStore, StoreError
 from agents.store.sqlite import DB_NAME
-from chaos.history import MemberHistory, Restart, Shown
+from chaos.history import DiskFailure, MemberHistory, Restart, Shown
 from chaos.sim.identities import EPOCH_MS, identity_for
 from chaos.sim.network import SimNetwork
 
@@ -115,6 +115,7 @@ class Slot:
         self.held_at_kill: frozenset[str] = frozenset()
         self.member: Member | None = None
         self.stopped_by_disk = False  # down because its disk failed (``eio``), not by the nemesis
+        self.disk_failing_since = 0.0  # when the nemesis last made its disk fail
         self._life: object | None = None  # the member's present life: what it shows is recorded
         self.scope: trio.CancelScope | None = None
         self.store: EventStore | None = None
@@ -191,9 +192,15 @@ class Slot:
                     self.world.fabric.bring_up(network)
                     task_status.started()
                     started = True
-            except* DiskFailed:  # the member stopped itself; the nemesis restarts it once the disk works
+            except* DiskFailed as failed:  # the member stopped itself; the nemesis restarts it once the disk works
                 if life is self._life:  # not a life the nemesis ended already (a task that ran on)
                     self.world.fault("crash", f"{self.name} (it stopped: its disk failed an fsync)")
+                    first: BaseException = failed  # holds only DiskFailed, in nested groups (a nursery each)
+                    while isinstance(first, BaseExceptionGroup):
+                        first = first.exceptions[0]
+                    words = str(first).replace(str(self.data_dir.parent), "RUN")
+                    self.record.disk_failures.append(
+                        DiskFailure(self.disk_failing_since, self.world.now(), last_words=words))
                     self.world.fabric.resume(self.identity.peer_id)  # as the nemesis's crash: not left paused
                     self.down("down")
                     self.stopped_by_disk = True

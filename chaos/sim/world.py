@@ -285,6 +285,7 @@ class World:
             slot = self.slots[step.members[0]]
             if slot.store is not None and slot.state in ("up", "paused"):
                 slot.store.failing = bool(step.value)  # type: ignore[attr-defined]
+                slot.disk_failing_since = self.now() if step.value else slot.disk_failing_since
                 self.fault("disk", f"{slot.name} {'failing' if step.value else 'working'}")
 
     async def _hostile(self, hostile) -> None:

@@ -1,7 +1,7 @@
 """A real member process whose disk starts failing its fsyncs while it runs.
 
-The failure is real to the process: a shim preloaded into it (built here with the
-system's C compiler, which ``make install`` needs anyway) makes libc's ``fsync`` and
+The failure is real to the process: a shim preloaded into it (``chaos/lab/disk.py``, the
+lab's own, built with the system's C compiler) makes libc's ``fsync`` and
 ``fdatasync`` fail with EIO, for SQLite and Python alike, from the moment a flag
 file exists. The member starts on a working disk, the flag is set, then a peer
 holding a decided split comes up: the member pulls the split, is about to show it,
@@ -12,8 +12,6 @@ nothing, and keep what it committed.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -23,46 +21,14 @@ from agents.cli.plan import Proc, end_processes, free_port, start_agent
 from agents.clusterdir import ClusterDir
 from agents.keyfile import load_or_create
 from agents.store import EventStore
+from chaos.lab.disk import failing_fsync_shim
 from tests.agents.test_rounds import Board
 from tests.builders import AUTHORITY, CLUSTER
-
-SHIM = r"""
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <errno.h>
-#include <stdlib.h>
-#include <unistd.h>
-
-static int failing(void) {
-    const char *flag = getenv("SWARM_TEST_FSYNC_FAILS_WHEN");
-    return flag != NULL && access(flag, F_OK) == 0;
-}
-
-int fsync(int fd) {
-    static int (*real)(int);
-    if (failing()) { errno = EIO; return -1; }
-    if (real == NULL) real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
-    return real(fd);
-}
-
-int fdatasync(int fd) {
-    static int (*real)(int);
-    if (failing()) { errno = EIO; return -1; }
-    if (real == NULL) real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
-    return real(fd);
-}
-"""
 
 
 @pytest.fixture(scope="module")
 def fsync_shim(tmp_path_factory) -> Path:
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    assert compiler, "a C compiler is needed to build the failing-fsync shim: install gcc (build-essential)"
-    where = tmp_path_factory.mktemp("shim")
-    (where / "shim.c").write_text(SHIM)
-    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(where / "shim.so"), str(where / "shim.c"), "-ldl"],
-                   check=True, capture_output=True, timeout=120)
-    return where / "shim.so"
+    return failing_fsync_shim(tmp_path_factory.mktemp("shim"))
 
 
 def _wait_for(condition, what: str, timeout: float = 60.0) -> None:
@@ -85,7 +51,7 @@ def test_a_member_whose_disk_fails_while_it_runs_stops_shows_nothing_and_keeps_i
         store.add_many(board.events)
     flag = tmp_path / "disk-fails"
     monkeypatch.setenv("LD_PRELOAD", str(fsync_shim))
-    monkeypatch.setenv("SWARM_TEST_FSYNC_FAILS_WHEN", str(flag))
+    monkeypatch.setenv("SWARM_FSYNC_FAILS_WHEN", str(flag))
     start_agent(member, "observer", [holder], cluster=CLUSTER)  # its peer is not up yet
     monkeypatch.delenv("LD_PRELOAD")
     try:

@@ -130,6 +130,7 @@ def test_a_member_its_failing_disk_stopped_comes_back_once_the_disk_works() -> N
             back = [f for f in history.faults if f.kind == "restart" and f.at >= stop.at and f.detail.startswith(name)]
             assert back and "its disk works again" in back[0].detail, (seed, stop, back)
             assert history.members[name].restarts and history.members[name].alive, (seed, name)
+            assert [f.at <= stop.at for f in history.members[name].disk_failures] == [True], (seed, name)
             stops += 1
         assert [v for v in check(history) if v.status == "fail"] == [], seed
     assert stops, "no seed's failing disk stopped its member"

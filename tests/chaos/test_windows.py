@@ -76,3 +76,14 @@ def test_toxics_add_up_and_an_untoxic_ends_them_all() -> None:
                        (4, "loss", "scorer-1 10%"), (6, "untoxic", "scorer-1"), (7, "loss", "scorer-1 0%"))
     windows = [(w.kind, w.start, w.end, w.members) for w in fault_windows(history)]
     assert windows == [("toxic", 1, 6, ("scorer-1",)), ("toxic", 3, 6, ("scorer-1",)), ("loss", 4, 7, ("scorer-1",))]
+
+
+def test_a_disk_fault_lasts_until_the_disk_is_free_or_working_again() -> None:
+    history = _history((1, "disk", "scorer-1 full"), (3, "disk", "scorer-1 free"),
+                       (4, "disk", "executor-1 failing (every fsync answers EIO)"),
+                       (5, "crash", "executor-1 (it stopped itself: its disk failed an fsync; exit 1)"),
+                       (9, "disk", "executor-1 working again (a new disk under its old store)"),
+                       (9.5, "restart", "executor-1"), (12, "disk", "scorer-2 failing"), (14, "disk", "scorer-2 working"))
+    windows = [(w.kind, w.start, w.end, w.members) for w in fault_windows(history)]
+    assert windows == [("disk", 1, 3, ("scorer-1",)), ("disk", 4, 9, ("executor-1",)), ("disk", 12, 14, ("scorer-2",))]
+    assert member_states(history)["executor-1"] == [(0.0, 5, "up"), (5, 9.5, "down"), (9.5, 30.0, "up")]
