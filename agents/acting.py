@@ -38,7 +38,7 @@ class HoldingStill(RuntimeError):
 
 
 class MemberActing:
-    """Acting for ``Member``: see the module's docstring. Its state (``still``, ``_done``,
+    """Acting for ``Member``: see the module's docstring. Its state (``still``, ``_done``, ``_unsent``,
     ``_last_renew``, ``_thoughts``, ``_drops``, ``_model_down_until``, ``_model_failures``, ``doing``,
     ``_think_in_thread``) is set by ``Member.__init__``."""
 
@@ -90,6 +90,8 @@ class MemberActing:
         for intent in intents:
             if intent in self._done or (model_down and isinstance(intent, (*THINKING, Claim))):
                 continue
+            if intent in self._unsent:  # thought already; the store refused its event (a full disk)
+                return await self._publish_unsent(intent)
             if isinstance(intent, THINKING):
                 if len(self._thoughts) < self.me.at_once:
                     self._thoughts[intent] = None
@@ -108,6 +110,23 @@ class MemberActing:
             return True
         return False
 
+    async def _publish_unsent(self, intent: Intent) -> bool:
+        """Publish again what a thought composed and the store refused, without asking the model
+        again: a full disk refuses every try until it has room, and a retry that thought anew
+        called the model back to back all that while. True when it went out."""
+        body = self._unsent[intent]
+        if isinstance(body, ResultBody) and self._claim_gone(body.leaf, body.claim):
+            del self._unsent[intent]  # the claim lapsed meanwhile: the result could never count
+            self._log.info("result discarded: claim no longer ours", leaf=body.leaf[:10])
+            return False
+        try:
+            await self.publish(body)
+        except (StoreError, HoldingStill):  # the disk still full: tried again after ACT_INTERVAL
+            return False
+        del self._unsent[intent]
+        self._done.add(intent)  # as after a thought published at once
+        return True
+
     def _drop_moot(self, wanted) -> None:
         """Drop the model calls under way whose intents are not in ``wanted`` (the policy's list
         now): what they would sign can no longer count, and a call the member may still need
@@ -115,6 +134,8 @@ class MemberActing:
         A dropped intent leaves ``_done`` once its call has ended (``_think``): if the policy ever
         asked for it again it would be thought anew."""
         still_wanted = set(wanted)
+        for intent in [i for i in self._unsent if i not in still_wanted]:
+            del self._unsent[intent]  # its event would no longer count
         for intent, (scope, drop) in list(self._drops.items()):
             if intent not in still_wanted and not drop.is_set():
                 drop.set()  # seen by the backend on its worker thread, between two tokens
@@ -192,8 +213,9 @@ class MemberActing:
             else:
                 try:
                     await self.publish(body)
-                except StoreError:
-                    self._done.discard(intent)  # not stored, not sent: think again later
+                except StoreError:  # not stored, not sent: sent again later as it is (``_publish_unsent``)
+                    self._unsent[intent] = body
+                    self._done.discard(intent)
                 except HoldingStill:
                     pass
         finally:

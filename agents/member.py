@@ -58,6 +58,7 @@ from agents.net.base import Network
 from agents.ownfeed import OwnFeed
 from agents.pull_claims import PullClaims
 from agents.roles import Intent, Me, calls_at_once
+from agents.roles.compose import EventBody
 from agents.store import DiskFailed, EventStore, StoreError
 from agents.syncing import MemberSync
 
@@ -206,6 +207,7 @@ class Member(MemberSync, MemberActing):
         self._model_down_until = 0.0  # trio time before which no model work starts (it was unreachable)
         self._model_failures = 0  # calls in a row that could not reach the model
         self._done: set[Intent] = set()
+        self._unsent: dict[Intent, EventBody] = {}  # thought, then refused by the store (a full disk)
         self._last_renew: dict[str, int] = {}
         self._think_in_thread = think_in_thread
         self._trace = trace
@@ -333,12 +335,23 @@ class Member(MemberSync, MemberActing):
         return taken
 
     def _show(self, change: Transition) -> None:
-        if self._on_transition is not None:
-            self._on_transition(change)
+        """Show ``change``: on record in the transition log first (what the checkers judge every
+        moment by), then to whoever watches. A log that cannot be written (a full or failing
+        disk) stops the member before it shows anything the log lacks."""
         if self._transitions_file is not None:
             record = {"at_ms": self.now_ms(), "hlc": list(self.clock.last), **change.to_json()}
-            self._transitions_file.write(json.dumps(record) + "\n")
-            self._transitions_file.flush()
+            try:
+                self._transitions_file.write(json.dumps(record) + "\n")
+                self._transitions_file.flush()
+            except OSError as exc:
+                log_file, self._transitions_file = self._transitions_file, None
+                with contextlib.suppress(OSError):  # its buffer cannot be written either
+                    log_file.close()
+                raise DiskFailed(f"cannot record what this member shows in {log_file.name}: {exc.strerror}; the "
+                                 "member stops rather than show what its log lacks (free space on the disk or check "
+                                 "it, then restart the member: its events are kept)") from None
+        if self._on_transition is not None:
+            self._on_transition(change)
 
     def close(self) -> None:
         """Release what the member holds outside trio (its transition log), once the tree

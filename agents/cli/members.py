@@ -99,9 +99,15 @@ async def run_member(nursery: trio.Nursery, member: Member, network, board: Stat
 
 
 def write_addrs(data_dir: Path, addresses: list[str]) -> None:
+    """Say where the member listens, in its data directory (the lab and ``swarm plan`` wait
+    for this file); a disk that cannot take it stops the member (``DiskFailed``) with a message."""
     from agents.cli.common import write_atomically
 
-    write_atomically(data_dir / "addrs", "".join(a + "\n" for a in addresses).encode())
+    try:
+        write_atomically(data_dir / "addrs", "".join(a + "\n" for a in addresses).encode())
+    except OSError as exc:
+        raise DiskFailed(f"cannot write the member's listen addresses to {data_dir / 'addrs'}: {exc.strerror}; "
+                         "the member stops: free space on the disk or check it, then start it again") from None
 
 
 def run_member_loop(main: Callable[[], Awaitable[None]], store: EventStore) -> None:

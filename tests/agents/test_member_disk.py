@@ -21,7 +21,7 @@ import pytest
 import trio
 
 from agents.cli.errors import CommandError
-from agents.cli.members import run_member_loop
+from agents.cli.members import run_member_loop, write_addrs
 from agents.core.events import Event, ProposalBody, Subgoal
 from agents.llm.scripted import ScriptedBackend
 from agents.member import Member
@@ -184,6 +184,103 @@ def test_a_member_whose_disk_fails_its_own_vote_stops_and_says_why(tmp_path: Pat
         own = [e for e in reopened.events() if e.author == me.peer_id]
         assert [(e.seq, e.kind) for e in own] == [(1, "vote")]  # the one the disk may hold, nothing after
         assert len(reopened.events()) == len(board.events) + 1
+
+
+def test_a_thought_a_full_disk_refused_is_published_once_the_disk_frees_without_thinking_again(
+        tmp_path: Path) -> None:
+    """A scorer votes while its disk is full: the vote's commit is refused (nothing stored or
+    sent, its seq free again) and the member tries to publish it again, a few times a second
+    while the disk stays full. The model is asked once: the retries publish the vote it
+    already thought (a retry that thought again called the model back to back for as long as
+    the disk was full, a shared model service's time taken from every other member). Once
+    the disk has room the same vote is stored, at seq 1."""
+    board = Board(tag="fullv")
+    me = board.others(1)[1]
+    store = EventStore.open(tmp_path / "scorer")
+    real = store._db
+    voted: list[Event] = []
+    asked: list[tuple[str, str]] = []  # every model call: (kind, what about)
+
+    class Counted(ScriptedBackend):
+        def latency_s(self, kind: str, key: str) -> float:
+            asked.append((kind, key))
+            return super().latency_s(kind, key)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            network = SimNetwork(SimFabric(random.Random(0), nursery), me.peer_id)
+            member = Member(credentials("fullv/s" + str(board.scorers.index(me)), "scorer"), store, network,
+                            backend=Counted(seed=1, latency=0.01), think_in_thread=False,
+                            now_ms=lambda: 150, new_key=True)
+            assert member.own is not None and member.own.learned([], member.tree, "no peer here", 0)
+            for event in board.events:
+                network.deliver(event.to_wire())
+            network.attach(nursery)
+            store._db = _CommitFails(real, sqlite3.SQLITE_FULL, written=False, durable_only=True)  # type: ignore[assignment]
+            await nursery.start(member.run)
+            with trio.fail_after(20):
+                while member.stats.store_errors < 4:  # refused, and tried again three times
+                    await trio.sleep(0.01)
+                assert len(asked) == 1, asked
+                assert not [e for e in store.events() if e.author == me.peer_id]
+                store._db = real  # room on the disk again
+                while not [e for e in store.events() if e.author == me.peer_id]:
+                    await trio.sleep(0.01)
+            voted.extend(e for e in store.events() if e.author == me.peer_id)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    store.close()
+    assert [(e.seq, e.kind) for e in voted] == [(1, "vote")]
+    assert ("score", voted[0].body.proposal) == asked[0]  # the vote thought while the disk was full
+    assert len(set(asked)) == len(asked), asked  # and nothing was asked twice
+
+
+def test_a_member_that_cannot_log_what_it_shows_stops_and_says_why(tmp_path: Path) -> None:
+    """What a member showed is on record in its transition log (the checkers judge every moment
+    from it). When the log cannot be written (here the kernel's own full disk, ``/dev/full``:
+    every write fails with ENOSPC) the member stops before it shows the change, with a message
+    naming the log and the way out, not a traceback; what it stored is kept."""
+    board = Board(tag="fulllog")
+    board.accept(("Kyoto lodging", "Tokyo rail pass"), "fulllog")
+    store = EventStore.open(tmp_path / "observer")
+    shown: list[str] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            network = SimNetwork(SimFabric(random.Random(0), nursery), "observer")
+            member = Member(credentials("fulllog/o", "observer"), store, network, think_in_thread=False,
+                            now_ms=lambda: 150, transitions_path=tmp_path / "transitions.jsonl",
+                            on_transition=lambda change: shown.append(change.kind))
+            member._transitions_file.close()  # type: ignore[union-attr]
+            member._transitions_file = open("/dev/full", "a", encoding="utf-8")  # noqa: SIM115
+            network.attach(nursery)
+            await nursery.start(member.run)
+            for event in board.events:
+                network.deliver(event.to_wire())
+            with trio.fail_after(20):  # ended by the failure, or the test fails here
+                await trio.sleep_forever()
+
+    with pytest.raises(CommandError, match=r"shows in /dev/full: No space left on device; the member stops"):
+        run_member_loop(main, store)
+    assert "split" not in shown  # stopped before showing the split it could not log
+    with EventStore.open(tmp_path / "observer") as reopened:
+        assert len(reopened.events()) == len(board.events)
+
+
+def test_listen_addresses_the_disk_cannot_take_end_the_command_with_a_message(tmp_path: Path) -> None:
+    """The addresses file is written once the member runs; a disk that refuses it ends the
+    command through ``run_member_loop`` like any failing write, not with a traceback."""
+    not_a_directory = tmp_path / "data"
+    not_a_directory.write_text("")
+    store = EventStore.open(tmp_path / "store")
+
+    async def main() -> None:
+        async with trio.open_nursery():
+            write_addrs(not_a_directory, ["/ip4/127.0.0.1/tcp/4001"])
+
+    with pytest.raises(CommandError, match=r"listen addresses to .*data/addrs: .*then start it again"):
+        run_member_loop(main, store)
 
 
 def test_after_its_disk_failed_once_the_store_refuses_every_write_and_sync(tmp_path: Path, monkeypatch) -> None:
