@@ -42,16 +42,19 @@ class Restart:
 
 @dataclass(frozen=True)
 class DiskFailure:
-    """The member's disk began failing every fsync at ``at``. ``stopped_at``: when the member
-    ended itself for it (None: it was still running when the lab stopped waiting); ``exit_code``
-    its process's status (None in the simulation, which has no processes); ``last_words`` the
-    end of what it said as it stopped; ``traceback`` whether that held a Python traceback."""
+    """The member's disk began failing every fsync (``kind`` "failing") or refusing every write
+    for want of space ("full") at ``at``. ``stopped_at``: when the member ended itself (None: it
+    was still running when the lab stopped waiting, or when the full disk had room again);
+    ``exit_code`` its process's status (None in the simulation, which has no processes);
+    ``last_words`` the end of what it said as it stopped; ``traceback`` whether that held a
+    Python traceback."""
 
     at: float
     stopped_at: float | None
     exit_code: int | None = None
     last_words: str = ""
     traceback: bool = False
+    kind: str = "failing"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""A member whose disk fails stops by itself, cleanly.
+"""A member whose disk fails stops by itself, cleanly; one whose disk is full runs on.
 
 After an fsync has failed nothing may rest on the store (``agents.store.DiskFailed``): the
 member must end at its next fsync (its own event, a change it is about to show) with the
@@ -17,11 +17,19 @@ from chaos.history import History
 
 def disk_failure(history: History) -> Verdict:
     """Every member whose disk failed stopped by itself, saying so: exit status 1 (where there
-    is a process), a message naming the disk, no traceback."""
+    is a process), a message naming the disk, no traceback; every member whose disk was full
+    ran on (judged in the lab, where a disk_free step ends the full disk)."""
     failures = [(m.name, f) for m in history.members.values() for f in m.disk_failures]
     if not failures:
         return Verdict("disk_failure", "pass", "no member's disk failed in this run")
     for name, failure in failures:
+        if failure.kind == "full":
+            if failure.stopped_at is not None:
+                return Verdict("disk_failure", "fail",
+                               f"{name}'s disk was full from t={failure.at:.1f}s and it stopped (exit "
+                               f"{failure.exit_code}): a full disk refuses writes, which the member tries again; "
+                               f"it said {_last_line(failure.last_words)!r}")
+            continue
         where = f"{name}'s disk failed at t={failure.at:.1f}s"
         if failure.stopped_at is None:
             return Verdict("disk_failure", "fail",
@@ -34,11 +42,16 @@ def disk_failure(history: History) -> Verdict:
             return Verdict("disk_failure", "fail", f"{where}; it exited with status {failure.exit_code}, not 1: {said!r}")
         if "disk" not in failure.last_words.lower():
             return Verdict("disk_failure", "fail", f"{where}; it stopped without saying its disk failed: {said!r}")
-    slowest = max(f.stopped_at - f.at for _, f in failures if f.stopped_at is not None)
-    names = ", ".join(sorted({n for n, _ in failures}))
-    return Verdict("disk_failure", "pass",
-                   f"{len(failures)} disk failure(s) ({names}): each member stopped by itself within "
-                   f"{max(slowest, 0.0):.1f}s, without a traceback, saying its disk failed")
+    failing = [(n, f) for n, f in failures if f.kind != "full"]
+    full = sorted({n for n, f in failures if f.kind == "full"})
+    said = []
+    if failing:
+        slowest = max(f.stopped_at - f.at for _, f in failing if f.stopped_at is not None)
+        said.append(f"{len(failing)} disk failure(s) ({', '.join(sorted({n for n, _ in failing}))}): each member "
+                    f"stopped by itself within {max(slowest, 0.0):.1f}s, without a traceback, saying its disk failed")
+    if full:
+        said.append(f"{len(full)} member(s) ran on through a full disk ({', '.join(full)})")
+    return Verdict("disk_failure", "pass", "; ".join(said))
 
 
 def _last_line(words: str) -> str:

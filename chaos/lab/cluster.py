@@ -41,7 +41,7 @@ from testcontainers.core.waiting_utils import WaitStrategy
 
 from agents.clusterdir import ClusterDir
 from agents.llm import SHARED_PARALLEL
-from chaos.lab.disk import FLAG_ENV, FLAG_NAME
+from chaos.lab.disk import FLAG_ENV, FLAG_NAME, FULL_FLAG_ENV, FULL_FLAG_NAME
 
 # Ryuk's image (testcontainers/ryuk) cannot be pulled here; cleanup is by our labels. Our
 # image is local: no registry prefix may be put before its name.
@@ -241,7 +241,7 @@ class LabCluster:
         if self.disk_shim is not None:
             preload.append(DISK_SHIM_IN_CONTAINER)
             container.with_volume_mapping(self.disk_shim.resolve(), DISK_SHIM_IN_CONTAINER, "ro")
-            container.with_env(FLAG_ENV, f"/data/{FLAG_NAME}")
+            container.with_env(FLAG_ENV, f"/data/{FLAG_NAME}").with_env(FULL_FLAG_ENV, f"/data/{FULL_FLAG_NAME}")
         if preload:
             container.with_env("LD_PRELOAD", ":".join(preload))
         container.with_volume_mapping(data_dir.resolve(), "/data", "rw")
@@ -307,16 +307,19 @@ class LabCluster:
         self.members[name].docker.stop(timeout=10)
         self.members[name].state = "stopped"
 
-    def fail_disk(self, name: str) -> None:
-        """From now on every fsync of the member fails with EIO (``chaos.lab.disk``)."""
+    def set_disk(self, name: str, *, failing: bool | None = None, full: bool | None = None) -> None:
+        """From now on every fsync of the member fails with EIO (``failing``), every write to a file
+        with ENOSPC (``full``), or no longer (``chaos.lab.disk``); None leaves that one as it is."""
         if self.disk_shim is None:
-            raise LabError("this run's members were started without the failing-fsync shim: a scenario with a "
-                           "disk_fails step gets it")
-        (self.members[name].data_dir / FLAG_NAME).touch()
-
-    def replace_disk(self, name: str) -> None:
-        """The member's fsyncs work again (its store is the one the failing disk left)."""
-        (self.members[name].data_dir / FLAG_NAME).unlink(missing_ok=True)
+            raise LabError("this run's members were started without the lab's disk shim: a scenario with a "
+                           "disk step (disk_fails, disk_full) gets it")
+        for flag, on in ((FLAG_NAME, failing), (FULL_FLAG_NAME, full)):
+            if on is not None:
+                path = self.members[name].data_dir / flag
+                if on:
+                    path.touch()
+                else:
+                    path.unlink(missing_ok=True)
 
     def exit_code(self, name: str) -> int | None:
         """The member's exit status if its process has ended by itself, else None."""

@@ -1,12 +1,13 @@
-"""A failing disk for a real member process: a shim preloaded into it fails every fsync.
+"""A failing or full disk for a real member process: a shim preloaded into it answers for libc.
 
-A disk that starts failing is not one the lab can make from outside a container (a device
-mapper target needs a privileged engine and a block device per member). What the member
-sees of it is all that matters, and that is libc's answer: ``failing_fsync.c``, preloaded
-with ``LD_PRELOAD``, makes ``fsync`` and ``fdatasync`` fail with EIO while a flag file
-exists (``FLAG_ENV`` names it). The lab preloads it into every member of a scenario with a
-``disk_fails`` step, fails a member's disk by creating the flag in its data directory (a
-host directory mounted into the container) and replaces the disk by removing it. Built
+A disk that starts failing or fills up is not one the lab can make from outside a container
+(a device mapper target needs a privileged engine and a block device per member; a small
+tmpfs fills for every writer at once). What the member sees of it is all that matters, and
+that is libc's answer: ``failing_fsync.c``, preloaded with ``LD_PRELOAD``, makes ``fsync``
+and ``fdatasync`` fail with EIO while one flag file exists (``FLAG_ENV`` names it), and
+every write to a regular file fail with ENOSPC while another does (``FULL_FLAG_ENV``). The
+lab preloads it into every member of a scenario with a disk step and sets or removes a
+member's flags in its data directory (a host directory mounted into the container). Built
 here with the system's C compiler (which ``make install`` needs anyway), once per source.
 """
 
@@ -21,6 +22,8 @@ from pathlib import Path
 SOURCE = Path(__file__).with_name("failing_fsync.c")
 FLAG_ENV = "SWARM_FSYNC_FAILS_WHEN"
 FLAG_NAME = "lab-disk-fails"  # in the member's data directory while its disk fails
+FULL_FLAG_ENV = "SWARM_DISK_FULL_WHEN"
+FULL_FLAG_NAME = "lab-disk-full"  # and while it is full
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "swarm-plan" / "lab"
 
 
@@ -37,7 +40,7 @@ def failing_fsync_shim(cache: Path = CACHE) -> Path:
         return built
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
-        raise ShimError("a failing disk needs the failing-fsync shim, built with a C compiler, and none is on "
+        raise ShimError("a failing or full disk needs the lab's disk shim, built with a C compiler, and none is on "
                         "PATH: install gcc (Debian: apt-get install gcc), then run again")
     cache.mkdir(parents=True, exist_ok=True)
     partial = built.with_suffix(f".{os.getpid()}.tmp")

@@ -158,13 +158,22 @@ class Nemesis:
 
     def fail_disk(self, name: str) -> None:
         """From now on every fsync of the member fails with EIO (``chaos.lab.disk``)."""
-        self.cluster.fail_disk(name)
+        self.cluster.set_disk(name, failing=True)
         self.record("disk", f"{name} failing (every fsync answers EIO)")
 
     def replace_disk(self, name: str) -> None:
         """The member's fsyncs work again, on the store the failing disk left."""
-        self.cluster.replace_disk(name)
+        self.cluster.set_disk(name, failing=False)
         self.record("disk", f"{name} working again (a new disk under its old store)")
+
+    def fill_disk(self, name: str) -> None:
+        """From now on every write of the member to a file fails with ENOSPC."""
+        self.cluster.set_disk(name, full=True)
+        self.record("disk", f"{name} full (every write to a file answers ENOSPC)")
+
+    def free_disk(self, name: str) -> None:
+        self.cluster.set_disk(name, full=False)
+        self.record("disk", f"{name} free")
 
     def set_loss(self, name: str, probability: float) -> None:
         if probability > 0:

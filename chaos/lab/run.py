@@ -147,7 +147,7 @@ class ScenarioRun:
 
             model_file = resolve(None).path
         disk_shim = None
-        if any(step.action == "disk_fails" for step in scenario.timeline):
+        if any(step.action in ("disk_fails", "disk_full") for step in scenario.timeline):
             try:
                 disk_shim = failing_fsync_shim()
             except ShimError as exc:
@@ -167,6 +167,7 @@ class ScenarioRun:
         self._held_before: dict[str, set[str]] = {}
         self._wiped: set[str] = set()
         self._failing_disks: set[str] = set()  # replaced when the member restarts
+        self._full_disks: dict[str, float] = {}  # since when, until a disk_free step
         self.memory_mb: dict[str, float | None] = {}  # each member's container memory at the end
         self._chosen_holder: str | None = None
         self.page = {"told": 0, "failed": 0}  # times the observers' pages were sent the faults in force
@@ -264,7 +265,8 @@ class ScenarioRun:
 
     def _apply(self, step: Step) -> None:
         n, target = self.nemesis, step.target
-        if step.action in ("kill", "stop", "pause", "unpause", "restart", "start", "disk_fails") and target == "claim holder":
+        if step.action in ("kill", "stop", "pause", "unpause", "restart", "start", "disk_fails", "disk_full",
+                           "disk_free") and target == "claim holder":
             target = self._claim_holder()
         if step.action in ("kill", "stop"):
             self._held_before[target] = {e.id for e in read_events(self.cluster.members[target].data_dir)}
@@ -296,6 +298,13 @@ class ScenarioRun:
             self._wiped.add(target)
         elif step.action == "disk_fails":
             self._fail_disk(target)
+        elif step.action == "disk_full":
+            if self.cluster.members[target].state != "running":
+                raise LabError(f"the timeline fills the disk of {target}, which is not running")
+            self._full_disks[target] = self.now()
+            n.fill_disk(target)
+        elif step.action == "disk_free":
+            self._free_disk(target)
         elif step.action == "heal":
             n.heal()
         elif step.action == "loss":
@@ -331,6 +340,25 @@ class ScenarioRun:
         self._held_before[name] = {e.id for e in read_events(self.cluster.members[name].data_dir)}
         self.cluster.members[name].state = "stopped"
         self._fault("crash", f"{name} (it stopped itself: its disk failed an fsync; exit {code})")
+
+    def _free_disk(self, name: str) -> None:
+        """Give the member's disk room again, recording whether the member ran on through the
+        full disk (it must: a full disk refuses writes, and the member tries them again)."""
+        if name not in self._full_disks:
+            raise LabError(f"the timeline frees the disk of {name}, which no disk_full step filled")
+        full_at = self._full_disks.pop(name)
+        self.nemesis.free_disk(name)
+        code = self.cluster.exit_code(name) if self.cluster.members[name].state == "running" else None
+        if code is None:
+            self.history.members[name].disk_failures.append(DiskFailure(round(full_at, 3), None, kind="full"))
+            return
+        words = self.cluster.logs(name)[-3000:]
+        self.history.members[name].disk_failures.append(DiskFailure(
+            round(full_at, 3), round(self.now(), 3), code, words, "Traceback (most recent call last)" in words,
+            kind="full"))
+        self._held_before[name] = {e.id for e in read_events(self.cluster.members[name].data_dir)}
+        self.cluster.members[name].state = "stopped"
+        self._fault("crash", f"{name} (it stopped on a full disk; exit {code})")
 
     def _start(self, name: str) -> None:
         member = self.cluster.members[name]

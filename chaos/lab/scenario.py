@@ -26,7 +26,9 @@ Actions: kill, stop, pause, unpause, restart/start, partition, heal, loss
 attributes, stream}), untoxic, restart_all (kill every member, then start them
 all from their volumes), disk_fails (from then on every fsync of the member fails
 with EIO, ``chaos.lab.disk``: it must stop by itself; a later restart replaces the
-disk and keeps the store). ``at`` may be ``complete`` (when a member first sees
+disk and keeps the store), disk_full and disk_free (every write of the member to a
+file fails with ENOSPC, until disk_free: it must go on running, refusing what it cannot
+store, and catch up once there is room). ``at`` may be ``complete`` (when a member first sees
 the plan complete). Same seed, same drawn schedule.
 """
 
@@ -42,7 +44,7 @@ import yaml
 from chaos.checkers import CHECKERS
 
 ACTIONS = ("kill", "stop", "pause", "unpause", "restart", "start", "partition", "oneway", "wipe", "hostile", "heal", "loss",
-           "bandwidth", "toxic", "untoxic", "restart_all", "disk_fails")
+           "bandwidth", "toxic", "untoxic", "restart_all", "disk_fails", "disk_full", "disk_free")
 ROLES = ("decomposer", "scorer", "executor", "observer")
 
 
@@ -177,7 +179,8 @@ def _step(path: Path, number: int, raw: Any, names: list[str], rng: random.Rando
         groups = [[_member(path, where, n, names, rng) for n in g] if isinstance(g, list)
                   else [n for n in names if n not in named] for g in target]
         target = groups
-    elif action in ("kill", "stop", "pause", "unpause", "restart", "start", "untoxic", "wipe", "disk_fails"):
+    elif action in ("kill", "stop", "pause", "unpause", "restart", "start", "untoxic", "wipe", "disk_fails",
+                    "disk_full", "disk_free"):
         target = _member(path, where, target, names, rng)
     elif action == "hostile":
         if not isinstance(target, (int, float)) or target <= 0:

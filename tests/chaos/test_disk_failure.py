@@ -55,6 +55,13 @@ def test_a_member_that_ends_otherwise_fails_the_checker(history: History, how: d
     assert not verdict.passed and named in verdict.evidence, verdict.evidence
 
 
+def test_a_member_must_run_on_through_a_full_disk(history: History) -> None:
+    ran_on = _ended(history, kind="full", stopped_at=None)
+    assert disk_failure(ran_on).passed and "ran on through a full disk" in disk_failure(ran_on).evidence
+    stopped = disk_failure(_ended(history, kind="full", exit_code=1))
+    assert not stopped.passed and "was full" in stopped.evidence and "it stopped (exit 1)" in stopped.evidence
+
+
 def test_a_run_without_a_failing_disk_says_so() -> None:
     run = run_seed(SimConfig(seed=0, faults=frozenset({"crash"})))
     assert disk_failure(run.history).evidence == "no member's disk failed in this run"
