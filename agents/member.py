@@ -202,6 +202,7 @@ class Member(MemberSync, MemberActing):
         self._pull_wanted: set[str] = set()  # peers whose status says they hold more: pulled next
         self._asked_pull: dict[str, float] = {}  # peer -> trio time its status last asked for a pull
         self.repaired_at = float("-inf")  # trio time a pull last brought an event new to this member
+        self.store_refused_at = float("-inf")  # trio time the store last refused a write (a full disk)
         self._thoughts: dict[Intent, tuple[str, str, int] | None] = {}  # model calls under way: what, since when
         self._drops: dict[Intent, tuple[trio.CancelScope, threading.Event]] = {}  # how to drop each of them
         self._model_down_until = 0.0  # trio time before which no model work starts (it was unreachable)
@@ -248,6 +249,8 @@ class Member(MemberSync, MemberActing):
 
     def _not_stored(self, exc: StoreError, events: list[Event], via: str) -> int:
         self.stats.store_errors += 1
+        with contextlib.suppress(RuntimeError):  # called outside trio (a direct call): no pulls to quiet
+            self.store_refused_at = trio.current_time()
         self._log.error("store refused events", via=via, events=len(events), error=str(exc)[:300])
         if via == "self":
             raise exc

@@ -15,10 +15,11 @@ conversation may run, apart from what the member does with events once they are 
   lost it: a lossy link, a heal, a joiner; or one that merely beat gossip to it) brings the
   short interval back; a gap in a feed still pulls at once, and so do a new connection and a
   status saying a peer holds more, and a muted member or one with such peers left to pull
-  is never quiet. The price: an author's *last* event that gossip lost (no later event of
-  its shows the gap) reaches the others through statuses (its count above theirs: the next
-  of its heartbeats, ``heartbeat_every``) or the quiet rotation, not within the 3 s rounds
-  that any gossiped event used to buy.
+  is never quiet (unless its store refuses writes, a full disk: then it pulls only every
+  ``QUIET_SYNC_INTERVAL``, what it pulled could not be kept). The price: an author's *last*
+  event that gossip lost (no later event of its shows the gap) reaches the others through
+  statuses (its count above theirs: the next of its heartbeats, ``heartbeat_every``) or the
+  quiet rotation, not within the 3 s rounds that any gossiped event used to buy.
   Measured (stop 43's note): fifty members on two cores, ``bench.swarm.propagation(50)``,
   members' CPU per delivery 8.0, 8.8, 11.5 ms (p99 702, 539, 932 ms) when every new event
   quickened the rotation, 5.6 ms (p99 355 ms) with this rule, and 12.8 ms (p99 2,759 ms) in
@@ -60,6 +61,10 @@ SYNC_INTERVAL = 3.0
 SYNC_FANOUT = 3  # peers pulled from per SYNC_INTERVAL, whatever the size of the cluster
 QUIET_AFTER = 30.0  # seconds without a pull bringing anything new, after which the member pulls less often
 QUIET_SYNC_INTERVAL = 4 * SYNC_INTERVAL
+# while its store refuses writes (a full disk) a member pulls only at the quiet interval: what
+# it pulls cannot be stored, and statuses saying its peers hold more (they always do, then)
+# had it pull about five times a second in the lab's full-disk scenario, each pull for nothing
+REFUSED_QUIET = QUIET_SYNC_INTERVAL
 PULL_DEADLINE = 10.0  # a pull or serve that moves nothing this long is dropped (the dial counts)
 PULL_LIMIT = 300.0  # a whole pull or serve, however much it moves: a drip-feeding peer is cut too
 WEDGED_AFTER = PULL_DEADLINE + 2 * SYNC_INTERVAL  # a pull this long without progress ignored its cancellation
@@ -73,7 +78,7 @@ LATEST_WAKE = SYNC_INTERVAL * (1 + WAKE_JITTER)  # the longest the sync loop sle
 
 class MemberSync:
     """Sync for ``Member``: see the module's docstring. Its state (``_pulling``, ``_pull_done``,
-    ``_sync_rounds``, ``_wedged``, ``_pull_after``, ``_ring_keys``, ``repaired_at``, ``_pull_wanted``,
+    ``_sync_rounds``, ``_wedged``, ``_pull_after``, ``_ring_keys``, ``repaired_at``, ``store_refused_at``, ``_pull_wanted``,
     ``_asked_pull``, ``_claims``, ``_fold_owed``, ``_ending``) is set by ``Member.__init__``."""
 
     async def _serve(self, stream: PeerStream) -> None:
@@ -116,6 +121,8 @@ class MemberSync:
         """``peer`` says (a believed status) that it holds ``events`` events: if that is more
         than this member holds, it lacks some of them; pull from that peer at the next wake."""
         now = trio.current_time()
+        if now - self.store_refused_at < REFUSED_QUIET:
+            return  # what it would pull cannot be stored yet: the quiet rotation pulls once it can
         if events > len(self.index) and now - self._asked_pull.get(peer, float("-inf")) >= SYNC_INTERVAL \
                 and peer in self.network.connected_peers():
             if len(self._asked_pull) > 4096:  # peers come and go: keep the memo bounded
@@ -377,6 +384,9 @@ class MemberSync:
             if wait.cancelled_caught and now - self.repaired_at > QUIET_AFTER and not self.mute \
                     and not self._pull_wanted and now - last_round < QUIET_SYNC_INTERVAL:
                 continue  # quiet: nothing to look for yet
+            if now - self.store_refused_at < REFUSED_QUIET and now - last_round < QUIET_SYNC_INTERVAL:
+                self.sync_now = trio.Event()  # a wake asked for (a gap, a new connection) is let go:
+                continue  # its store refuses writes, nothing pulled could be kept
             last_round = now
             self.sync_now = trio.Event()
             self.stats.sync_rounds += 1

@@ -257,6 +257,65 @@ def test_a_quiet_member_pulls_at_once_from_a_peer_whose_status_says_it_holds_mor
     assert set(lying) == set(peers), set(peers) - set(lying)  # the rotation went on beside it
 
 
+def test_a_member_whose_store_refuses_writes_pulls_only_at_the_quiet_interval(tmp_path: Path) -> None:
+    """A full disk: what a member pulls cannot be stored, and its peers' statuses all say they
+    hold more, each pulling at once (about five pulls a second in the lab's full-disk
+    scenario, every one for nothing, every one served by a peer). While its store refuses
+    writes it pulls only at the quiet rotation's pace, and statuses pull nothing, nor does a
+    wake asked for (a gap, a new connection); once the store takes writes again, the next
+    status saying a peer holds more pulls at once."""
+    peers = [identity(name).peer_id for name in TWENTY]
+    holder = peers[-1]
+    feed = Feed("holder", "client")
+    held = EventIndex()
+    outcome: dict[str, object] = {}
+
+    def full(*args, **kwargs):
+        raise StoreError("cannot write to the store: database or disk is full (this test's disk)")
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            watcher, network = await _watching_twenty(nursery, tmp_path, held)
+            wakes: list[float] = []
+            every_wake = watcher._drop_wedged_pulls
+
+            def woke() -> None:  # a loop that spins without time passing fails here, not hangs
+                wakes.append(trio.current_time())
+                assert len(wakes) < 1000 or wakes[-1000] != wakes[-1], "the sync loop spins"
+                every_wake()
+
+            watcher._drop_wedged_pulls = woke  # type: ignore[method-assign]
+            await trio.sleep(QUIET_AFTER + 2 * QUIET_SYNC_INTERVAL)
+            held.add_all([feed.at(_now_ms(), goal("Plan a two-week trip to Japan", [holder], 1))])
+            free = watcher.store.add_many
+            watcher.store.add_many = full  # type: ignore[method-assign]
+            watcher.peer_holds(holder, len(watcher.index) + 1)  # pulled at once, and refused
+            await trio.sleep(SYNC_INTERVAL / 10)
+            assert watcher.stats.store_errors == 1, watcher.stats
+            full_from = trio.current_time()
+            for _ in range(20):  # a minute of statuses: the holder and two more hold more
+                await trio.sleep(SYNC_INTERVAL)
+                for peer in (holder, peers[0], peers[1]):
+                    watcher.peer_holds(peer, len(watcher.index) + 1)
+                watcher.sync_now.set()  # as a gap in a feed or a new connection asks
+            outcome["full"] = [peer for at, peer in network.opens if at >= full_from]
+            outcome["full_for"] = trio.current_time() - full_from
+            watcher.store.add_many = free  # type: ignore[method-assign]
+            freed = trio.current_time()
+            with trio.move_on_after(10 * QUIET_SYNC_INTERVAL):
+                while len(watcher.index) == 0:
+                    await trio.sleep(SYNC_INTERVAL)
+                    watcher.peer_holds(holder, len(watcher.index) + 1)
+            outcome["caught_up_after"] = trio.current_time() - freed
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    rounds = -(-outcome["full_for"] // QUIET_SYNC_INTERVAL) + 1  # type: ignore[operator]
+    assert len(outcome["full"]) <= rounds * SYNC_FANOUT, outcome["full"]  # not one a status (60)
+    # the last refusal quiets statuses for a quiet interval; the next status after it pulls
+    assert outcome["caught_up_after"] <= QUIET_SYNC_INTERVAL + 2 * SYNC_INTERVAL, outcome
+
+
 def test_a_member_pulls_often_while_pulls_repair_and_seldom_while_gossip_keeps_up(tmp_path: Path) -> None:
     """A member's pulls that find nothing were most of what it cost: once no pull has brought it
     anything new for ``QUIET_AFTER``, its rounds come every ``QUIET_SYNC_INTERVAL``; a pull
