@@ -20,7 +20,7 @@ import time
 
 import trio
 
-from agents.core.events import ResultBody
+from agents.core.events import FailureBody, ResultBody
 from agents.core.tree import PlanTree
 from agents.llm.base import Backend, CallDropped
 from agents.roles import POLICIES, THINKING, Claim, Intent, Me, Renew
@@ -30,6 +30,7 @@ from agents.store import StoreError
 MUTE_WARNING_S = 30.0  # how often a member that cannot sign yet says why
 ACT_INTERVAL = 0.25
 RENEW_SPACING_FRACTION = 0.25  # at most one renewal per quarter lease
+UNSENT_RETRY_S = 1.0  # an own event the store refused (a full disk) is tried again this long after a refusal
 MODEL_RETRY_MAX_S = 30.0  # an unreachable model is tried again after 1, 2, 4, ... up to this many seconds
 
 
@@ -88,10 +89,12 @@ class MemberActing:
         intents = policy(self.tree, self.me, now)
         self._drop_moot(intents)
         for intent in intents:
+            if intent in self._unsent:  # thought already (no model needed); the store refused its event
+                if trio.current_time() - self.store_refused_at < UNSENT_RETRY_S:
+                    continue  # the disk was full a moment ago: not every act
+                return await self._publish_unsent(intent)
             if intent in self._done or (model_down and isinstance(intent, (*THINKING, Claim))):
                 continue
-            if intent in self._unsent:  # thought already; the store refused its event (a full disk)
-                return await self._publish_unsent(intent)
             if isinstance(intent, THINKING):
                 if len(self._thoughts) < self.me.at_once:
                     self._thoughts[intent] = None
@@ -113,9 +116,10 @@ class MemberActing:
     async def _publish_unsent(self, intent: Intent) -> bool:
         """Publish again what a thought composed and the store refused, without asking the model
         again: a full disk refuses every try until it has room, and a retry that thought anew
-        called the model back to back all that while. True when it went out."""
+        called the model back to back all that while (tried at most every ``UNSENT_RETRY_S``,
+        and while the model is unreachable too: nothing is asked of it). True when it went out."""
         body = self._unsent[intent]
-        if isinstance(body, ResultBody) and self._claim_gone(body.leaf, body.claim):
+        if isinstance(body, (ResultBody, FailureBody)) and self._claim_gone(body.leaf, body.claim):
             del self._unsent[intent]  # the claim lapsed meanwhile: the result could never count
             self._log.info("result discarded: claim no longer ours", leaf=body.leaf[:10])
             return False
@@ -213,8 +217,9 @@ class MemberActing:
             else:
                 try:
                     await self.publish(body)
-                except StoreError:  # not stored, not sent: sent again later as it is (``_publish_unsent``)
-                    self._unsent[intent] = body
+                except StoreError:  # not stored, not sent: sent again later as it is (``_publish_unsent``),
+                    if not isinstance(body, FailureBody):  # a model that failed is asked again instead
+                        self._unsent[intent] = body
                     self._done.discard(intent)
                 except HoldingStill:
                     pass

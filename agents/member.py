@@ -30,7 +30,6 @@ member's profile, fifty members on one disk: a tenth of its samples in the commi
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -59,6 +58,7 @@ from agents.ownfeed import OwnFeed
 from agents.pull_claims import PullClaims
 from agents.roles import Intent, Me, calls_at_once
 from agents.roles.compose import EventBody
+from agents.showlog import ShowLog
 from agents.store import DiskFailed, EventStore, StoreError
 from agents.syncing import MemberSync
 
@@ -174,15 +174,16 @@ class Member(MemberSync, MemberActing):
             self.clock.restore(event.ts)
         self.own = OwnFeed(self.author, feed_head_path, new_key) if self.author is not None else None
         self._on_transition = on_transition
-        self._transitions_file = open(transitions_path, "a", encoding="utf-8") if transitions_path else None  # noqa: SIM115 (closed in close())
+        self._show_log = ShowLog(transitions_path, self._stamp) if transitions_path else None
+        self._show_put_off = False  # a fold's changes wait for room in the transition log
         self.now_ms = now_ms
-        self._show(Transition("start"))
         store.sync()  # what an earlier life committed may be in the page cache only: it is shown next
         with settled():
             self.tree: PlanTree = fold(self.index.events())
-        for change in changes(None, self.tree):
-            self._show(change)
-        self._show(Transition("loaded"))  # what its store alone shows: every decision shown before
+        # what its store alone shows, between the start and loaded records: every decision shown before
+        if not self._show([Transition("start"), *changes(None, self.tree), Transition("loaded")]):
+            raise DiskFailed(f"no room on the disk for {transitions_path} (the record of what this member shows): "
+                             "free space on the disk, then start the member again")
         if self.own is not None and not self.own.start(store.events_by(identity.peer_id), self.tree) \
                 and self.own.missing is not None:
             self._log.warning("store is behind this member's own feed; learning it from peers first",
@@ -249,15 +250,18 @@ class Member(MemberSync, MemberActing):
 
     def _not_stored(self, exc: StoreError, events: list[Event], via: str) -> int:
         self.stats.store_errors += 1
+        first = self.store_refused_at == float("-inf")  # the first of a run of refusals is an error, the rest noise
         with contextlib.suppress(RuntimeError):  # called outside trio (a direct call): no pulls to quiet
             self.store_refused_at = trio.current_time()
-        self._log.error("store refused events", via=via, events=len(events), error=str(exc)[:300])
+        (self._log.error if first else self._log.debug)("store refused events", via=via, events=len(events),
+                                                        error=str(exc)[:300], refused_so_far=self.stats.store_errors)
         if via == "self":
             raise exc
         return 0
 
     def _stored(self, events: list[Event], added: int, via: str, refold: bool) -> int:
         if added:
+            self.store_refused_at = float("-inf")  # the store takes writes again: pulls resume at once
             if via == "sync":  # gossip had not brought it: the rotation stays quick a while
                 self.repaired_at = trio.current_time()
             self.index.add_all(events)
@@ -337,24 +341,26 @@ class Member(MemberSync, MemberActing):
                 taken.append(event)
         return taken
 
-    def _show(self, change: Transition) -> None:
-        """Show ``change``: on record in the transition log first (what the checkers judge every
-        moment by), then to whoever watches. A log that cannot be written (a full or failing
-        disk) stops the member before it shows anything the log lacks."""
-        if self._transitions_file is not None:
-            record = {"at_ms": self.now_ms(), "hlc": list(self.clock.last), **change.to_json()}
-            try:
-                self._transitions_file.write(json.dumps(record) + "\n")
-                self._transitions_file.flush()
-            except OSError as exc:
-                log_file, self._transitions_file = self._transitions_file, None
-                with contextlib.suppress(OSError):  # its buffer cannot be written either
-                    log_file.close()
-                raise DiskFailed(f"cannot record what this member shows in {log_file.name}: {exc.strerror}; the "
-                                 "member stops rather than show what its log lacks (free space on the disk or check "
-                                 "it, then restart the member: its events are kept)") from None
+    def _stamp(self) -> dict[str, object]:
+        return {"at_ms": self.now_ms(), "hlc": list(self.clock.last)}
+
+    def _show(self, shown: list[Transition]) -> bool:
+        """Show ``shown``: on record in the transition log first (``agents.showlog``: what the
+        checkers judge every moment by), then to whoever watches. False, showing nothing, while
+        the disk has no room for the record; a failing disk raises ``DiskFailed``."""
+        if self._show_log is not None and not self._show_log.record(shown):
+            if not self._show_put_off:
+                self._log.warning("no room on the disk for the transition log: what the plan now shows waits",
+                                  changes=len(shown), log=str(self._show_log.path))
+            self._show_put_off = True
+            return False
+        if self._show_put_off:
+            self._log.warning("transition log written again: showing what waited", changes=len(shown))
+            self._show_put_off = False
         if self._on_transition is not None:
-            self._on_transition(change)
+            for change in shown:
+                self._on_transition(change)
+        return True
 
     def close(self) -> None:
         """Release what the member holds outside trio (its transition log), once the tree
@@ -363,9 +369,9 @@ class Member(MemberSync, MemberActing):
             self._refold()
         if self.store_thread is not None:  # every pull waited for its writes: nothing is left
             self.store_thread.shutdown(wait=True)
-        if self._transitions_file is not None:
-            self._transitions_file.close()
-            self._transitions_file = None
+        if self._show_log is not None:
+            self._show_log.close()
+            self._show_log = None
 
     def _refold(self) -> None:
         self.stats.folds += 1
@@ -376,8 +382,10 @@ class Member(MemberSync, MemberActing):
         shown = list(changes(self.tree, tree))
         if shown:  # what it shows is final: on the disk first, or a power cut could take it back
             self.store.sync()
+            if not self._show(shown):
+                self._fold_owed = True  # folded again at the sync loop's next wake
+                return
         for change in shown:
-            self._show(change)
             if change.revokes:
                 self.stats.reorganisations += 1
                 self._log.warning("reorganisation", kind=change.kind, node=change.node[:10],

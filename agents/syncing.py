@@ -385,8 +385,8 @@ class MemberSync:
                     and not self._pull_wanted and now - last_round < QUIET_SYNC_INTERVAL:
                 continue  # quiet: nothing to look for yet
             if now - self.store_refused_at < REFUSED_QUIET and now - last_round < QUIET_SYNC_INTERVAL:
-                self.sync_now = trio.Event()  # a wake asked for (a gap, a new connection) is let go:
-                continue  # its store refuses writes, nothing pulled could be kept
+                self.sync_now = trio.Event()  # a wake asked for (a gap) is let go: its store
+                continue  # refuses writes, nothing pulled could be kept (a new connection still pulls)
             last_round = now
             self.sync_now = trio.Event()
             self.stats.sync_rounds += 1

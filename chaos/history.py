@@ -55,6 +55,7 @@ class DiskFailure:
     last_words: str = ""
     traceback: bool = False
     kind: str = "failing"
+    refused: int | None = None  # "full": writes it logged as refused meanwhile (None: not counted)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,10 @@ def disk_failure(history: History) -> Verdict:
                                f"{name}'s disk was full from t={failure.at:.1f}s and it stopped (exit "
                                f"{failure.exit_code}): a full disk refuses writes, which the member tries again; "
                                f"it said {_last_line(failure.last_words)!r}")
+            if failure.refused == 0:
+                return Verdict("disk_failure", "fail",
+                               f"{name}'s disk was full from t={failure.at:.1f}s and it never said a write was "
+                               "refused: the full disk did not take (the shim not preloaded?), or it wrote nothing")
             continue
         where = f"{name}'s disk failed at t={failure.at:.1f}s"
         if failure.stopped_at is None:
@@ -40,18 +44,18 @@ def disk_failure(history: History) -> Verdict:
             return Verdict("disk_failure", "fail", f"{where}; it ended with a Python traceback, not a message: {said!r}")
         if failure.exit_code not in (None, 1):
             return Verdict("disk_failure", "fail", f"{where}; it exited with status {failure.exit_code}, not 1: {said!r}")
-        if "disk" not in failure.last_words.lower():
+        if "disk" not in said.lower():
             return Verdict("disk_failure", "fail", f"{where}; it stopped without saying its disk failed: {said!r}")
     failing = [(n, f) for n, f in failures if f.kind != "full"]
     full = sorted({n for n, f in failures if f.kind == "full"})
-    said = []
+    parts = []
     if failing:
         slowest = max(f.stopped_at - f.at for _, f in failing if f.stopped_at is not None)
-        said.append(f"{len(failing)} disk failure(s) ({', '.join(sorted({n for n, _ in failing}))}): each member "
-                    f"stopped by itself within {max(slowest, 0.0):.1f}s, without a traceback, saying its disk failed")
+        parts.append(f"{len(failing)} disk failure(s) ({', '.join(sorted({n for n, _ in failing}))}): each member "
+                     f"stopped by itself within {max(slowest, 0.0):.1f}s, without a traceback, saying its disk failed")
     if full:
-        said.append(f"{len(full)} member(s) ran on through a full disk ({', '.join(full)})")
-    return Verdict("disk_failure", "pass", "; ".join(said))
+        parts.append(f"{len(full)} member(s) ran on through a full disk ({', '.join(full)}), its writes refused")
+    return Verdict("disk_failure", "pass", "; ".join(parts))
 
 
 def _last_line(words: str) -> str:

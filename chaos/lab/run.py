@@ -167,7 +167,7 @@ class ScenarioRun:
         self._held_before: dict[str, set[str]] = {}
         self._wiped: set[str] = set()
         self._failing_disks: set[str] = set()  # replaced when the member restarts
-        self._full_disks: dict[str, float] = {}  # since when, until a disk_free step
+        self._full_disks: dict[str, tuple[float, int]] = {}  # since when (and its log's length then)
         self.memory_mb: dict[str, float | None] = {}  # each member's container memory at the end
         self._chosen_holder: str | None = None
         self.page = {"told": 0, "failed": 0}  # times the observers' pages were sent the faults in force
@@ -242,6 +242,11 @@ class ScenarioRun:
             for step in scenario.timeline:
                 self._wait_for(step)
                 self._apply(step)
+            for name in list(self._full_disks):  # disks the timeline left full or failing: working again
+                self._free_disk(name)
+            for name in [n for n in self._failing_disks if self.cluster.members[n].state == "running"]:
+                self._failing_disks.discard(name)
+                self.nemesis.replace_disk(name)
             self.nemesis.clear_all()
             for name, member in self.cluster.members.items():
                 if member.state == "paused":
@@ -301,7 +306,7 @@ class ScenarioRun:
         elif step.action == "disk_full":
             if self.cluster.members[target].state != "running":
                 raise LabError(f"the timeline fills the disk of {target}, which is not running")
-            self._full_disks[target] = self.now()
+            self._full_disks[target] = (self.now(), len(self.cluster.logs(target)))
             n.fill_disk(target)
         elif step.action == "disk_free":
             self._free_disk(target)
@@ -322,6 +327,7 @@ class ScenarioRun:
         recording how it ended for the ``disk_failure`` checker."""
         if self.cluster.members[name].state != "running":
             raise LabError(f"the timeline fails the disk of {name}, which is not running")
+        said_before = len(self.cluster.logs(name))
         failed_at = self.now()
         self.nemesis.fail_disk(name)
         self._failing_disks.add(name)
@@ -334,8 +340,8 @@ class ScenarioRun:
             self._fault("note", f"{name} still running {DISK_STOP_S:.0f}s after its disk failed")
             return
         stopped_at = self.now()
-        words = self.cluster.logs(name)[-3000:]
-        record.disk_failures.append(DiskFailure(round(failed_at, 3), round(stopped_at, 3), code, words,
+        words = self.cluster.logs(name)[said_before:]  # all it said since its disk failed
+        record.disk_failures.append(DiskFailure(round(failed_at, 3), round(stopped_at, 3), code, words[-3000:],
                                                 "Traceback (most recent call last)" in words))
         self._held_before[name] = {e.id for e in read_events(self.cluster.members[name].data_dir)}
         self.cluster.members[name].state = "stopped"
@@ -346,16 +352,20 @@ class ScenarioRun:
         full disk (it must: a full disk refuses writes, and the member tries them again)."""
         if name not in self._full_disks:
             raise LabError(f"the timeline frees the disk of {name}, which no disk_full step filled")
-        full_at = self._full_disks.pop(name)
+        full_at, said_before = self._full_disks.pop(name)
         self.nemesis.free_disk(name)
-        code = self.cluster.exit_code(name) if self.cluster.members[name].state == "running" else None
-        if code is None:
-            self.history.members[name].disk_failures.append(DiskFailure(round(full_at, 3), None, kind="full"))
+        if self.cluster.members[name].state != "running":  # the nemesis stopped it meanwhile: nothing to judge
             return
-        words = self.cluster.logs(name)[-3000:]
+        code = self.cluster.exit_code(name)
+        words = self.cluster.logs(name)[said_before:]
+        refused = words.count("store refused events")  # evidence that the full disk took effect
+        if code is None:
+            self.history.members[name].disk_failures.append(
+                DiskFailure(round(full_at, 3), None, kind="full", refused=refused))
+            return
         self.history.members[name].disk_failures.append(DiskFailure(
-            round(full_at, 3), round(self.now(), 3), code, words, "Traceback (most recent call last)" in words,
-            kind="full"))
+            round(full_at, 3), round(self.now(), 3), code, words[-3000:], "Traceback (most recent call last)" in words,
+            kind="full", refused=refused))
         self._held_before[name] = {e.id for e in read_events(self.cluster.members[name].data_dir)}
         self.cluster.members[name].state = "stopped"
         self._fault("crash", f"{name} (it stopped on a full disk; exit {code})")
@@ -366,6 +376,9 @@ class ScenarioRun:
             raise LabError(f"the timeline starts {name}, which is already running")
         restarting = member.state in ("killed", "stopped")
         if name in self._failing_disks:
+            if member.state == "running":  # it ran on: a failing disk is replaced with the machine off
+                self._held_before[name] = {e.id for e in read_events(member.data_dir)}
+                self.nemesis.kill(name)
             self._failing_disks.discard(name)
             self.nemesis.replace_disk(name)
         self.nemesis.start(name)

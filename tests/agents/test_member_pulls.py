@@ -262,8 +262,8 @@ def test_a_member_whose_store_refuses_writes_pulls_only_at_the_quiet_interval(tm
     hold more, each pulling at once (about five pulls a second in the lab's full-disk
     scenario, every one for nothing, every one served by a peer). While its store refuses
     writes it pulls only at the quiet rotation's pace, and statuses pull nothing, nor does a
-    wake asked for (a gap, a new connection); once the store takes writes again, the next
-    status saying a peer holds more pulls at once."""
+    wake asked for (a gap); once the store takes writes again, the next status saying a peer
+    holds more pulls at once."""
     peers = [identity(name).peer_id for name in TWENTY]
     holder = peers[-1]
     feed = Feed("holder", "client")
@@ -297,7 +297,7 @@ def test_a_member_whose_store_refuses_writes_pulls_only_at_the_quiet_interval(tm
                 await trio.sleep(SYNC_INTERVAL)
                 for peer in (holder, peers[0], peers[1]):
                     watcher.peer_holds(peer, len(watcher.index) + 1)
-                watcher.sync_now.set()  # as a gap in a feed or a new connection asks
+                watcher.sync_now.set()  # as a gap in a feed asks
             outcome["full"] = [peer for at, peer in network.opens if at >= full_from]
             outcome["full_for"] = trio.current_time() - full_from
             watcher.store.add_many = free  # type: ignore[method-assign]

@@ -49,17 +49,20 @@ def test_a_member_that_stopped_saying_its_disk_failed_passes(history: History) -
     ({"traceback": True}, "traceback"),
     ({"exit_code": 2}, "status 2"),
     ({"last_words": "Exceptions from Trio nursery (1 sub-exception)"}, "without saying its disk failed"),
+    ({"last_words": "free space on its disk\nExceptions from Trio nursery"}, "without saying its disk failed"),
 ])
 def test_a_member_that_ends_otherwise_fails_the_checker(history: History, how: dict, named: str) -> None:
     verdict = disk_failure(_ended(history, **how))
     assert not verdict.passed and named in verdict.evidence, verdict.evidence
 
 
-def test_a_member_must_run_on_through_a_full_disk(history: History) -> None:
-    ran_on = _ended(history, kind="full", stopped_at=None)
+def test_a_member_must_run_on_through_a_full_disk_that_refused_its_writes(history: History) -> None:
+    ran_on = _ended(history, kind="full", stopped_at=None, refused=3)
     assert disk_failure(ran_on).passed and "ran on through a full disk" in disk_failure(ran_on).evidence
-    stopped = disk_failure(_ended(history, kind="full", exit_code=1))
+    stopped = disk_failure(_ended(history, kind="full", exit_code=1, refused=3))
     assert not stopped.passed and "was full" in stopped.evidence and "it stopped (exit 1)" in stopped.evidence
+    untouched = disk_failure(_ended(history, kind="full", stopped_at=None, refused=0))
+    assert not untouched.passed and "never said a write was refused" in untouched.evidence
 
 
 def test_a_run_without_a_failing_disk_says_so() -> None:
