@@ -29,7 +29,7 @@ class ShowLog:
         an earlier life left torn (a crash mid-line) is ended first, so the next record starts
         a line of its own instead of being lost with it."""
         self.path, self._stamp = path, stamp
-        self._file = open(path, "ab", buffering=0)  # noqa: SIM115 (closed in close())
+        self._file = open(path, "a+b", buffering=0)  # noqa: SIM115 (closed in close()); read: its last byte
         self._failed: DiskFailed | None = None
         with contextlib.suppress(OSError):  # a tail we cannot mend now is cut by the next batch's failure
             if self._file.tell() and os.pread(self._file.fileno(), 1, self._file.tell() - 1) != b"\n":

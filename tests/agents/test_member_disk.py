@@ -24,8 +24,10 @@ import trio
 from agents.cli.errors import CommandError
 from agents.cli.members import run_member_loop, write_addrs
 from agents.core.events import Event, ProposalBody, Subgoal
+from agents.core.transitions import Transition
 from agents.llm.scripted import ScriptedBackend
 from agents.member import Member
+from agents.showlog import ShowLog
 from agents.store import DiskFailed, EventStore, StoreError
 from chaos.sim.network import SimFabric, SimNetwork
 from chaos.sim.slot import SimStore, restore_image
@@ -411,3 +413,15 @@ def test_a_feed_head_the_disk_refuses_stops_the_member(tmp_path: Path, monkeypat
     monkeypatch.setattr(os, "fsync", no_room)
     with pytest.raises(DiskFailed, match=r"feed head in .*feed.head: No space left on device; the member stops"):
         own.signed(event, fold([event]))
+
+
+def test_a_log_an_earlier_life_left_torn_is_ended_before_the_next_record(tmp_path: Path) -> None:
+    """A crash mid-line leaves the log's last record torn; the next life's first record must
+    start a line of its own, or the reader loses it with the torn one (often its start)."""
+    path = tmp_path / "transitions.jsonl"
+    path.write_text('{"at_ms": 1, "kind": "start"}\n{"at_ms": 2, "ki')
+    log = ShowLog(path, lambda: {"at_ms": 3})
+    assert log.record([Transition("start")])
+    log.close()
+    lines = path.read_text().splitlines()
+    assert lines[1] == '{"at_ms": 2, "ki' and json.loads(lines[2])["kind"] == "start", lines
