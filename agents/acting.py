@@ -120,12 +120,12 @@ class MemberActing:
         and while the model is unreachable too: nothing is asked of it). True when it went out."""
         body = self._unsent[intent]
         if isinstance(body, (ResultBody, FailureBody)) and self._claim_gone(body.leaf, body.claim):
-            del self._unsent[intent]  # the claim lapsed meanwhile: the result could never count
+            del self._unsent[intent]  # the claim lapsed meanwhile: a result (or handback) could never count
             self._log.info("result discarded: claim no longer ours", leaf=body.leaf[:10])
             return False
         try:
             await self.publish(body)
-        except (StoreError, HoldingStill):  # the disk still full: tried again after ACT_INTERVAL
+        except (StoreError, HoldingStill):  # the disk still full: tried again ``UNSENT_RETRY_S`` after
             return False
         del self._unsent[intent]
         self._done.add(intent)  # as after a thought published at once
@@ -217,9 +217,8 @@ class MemberActing:
             else:
                 try:
                     await self.publish(body)
-                except StoreError:  # not stored, not sent: sent again later as it is (``_publish_unsent``),
-                    if not isinstance(body, FailureBody):  # a model that failed is asked again instead
-                        self._unsent[intent] = body
+                except StoreError:  # not stored, not sent: sent again later as it is (``_publish_unsent``)
+                    self._unsent[intent] = body
                     self._done.discard(intent)
                 except HoldingStill:
                     pass

@@ -60,7 +60,7 @@ from agents.roles import Intent, Me, calls_at_once
 from agents.roles.compose import EventBody
 from agents.showlog import ShowLog
 from agents.store import DiskFailed, EventStore, StoreError
-from agents.syncing import MemberSync
+from agents.syncing import REFUSED_QUIET, MemberSync
 
 log = structlog.get_logger("swarm.member")
 
@@ -182,6 +182,8 @@ class Member(MemberSync, MemberActing):
             self.tree: PlanTree = fold(self.index.events())
         # what its store alone shows, between the start and loaded records: every decision shown before
         if not self._show([Transition("start"), *changes(None, self.tree), Transition("loaded")]):
+            if self._show_log is not None:
+                self._show_log.close()
             raise DiskFailed(f"no room on the disk for {transitions_path} (the record of what this member shows): "
                              "free space on the disk, then start the member again")
         if self.own is not None and not self.own.start(store.events_by(identity.peer_id), self.tree) \
@@ -193,7 +195,7 @@ class Member(MemberSync, MemberActing):
         self._pulling: dict[str, float] = {}  # peer -> when its pull started or last moved (trio time)
         self._pull_done: dict[str, trio.Event] = {}  # peer -> set when its running pull ends
         self._claims = PullClaims()  # what running pulls asked for: one event is fetched once
-        self._fold_owed = False  # a pull stored events and left the fold to another still moving
+        self._fold_owed = False  # a pull left the fold to another still moving, or a full disk put off its show
         self._ending: set[str] = set()  # peers whose pull is past its fold, closing its stream
         self._folded_index = 0  # events in the index at the last fold
         self._sync_rounds: set[trio.CancelScope] = set()  # sync_all rounds: a moving pull extends them
@@ -250,9 +252,11 @@ class Member(MemberSync, MemberActing):
 
     def _not_stored(self, exc: StoreError, events: list[Event], via: str) -> int:
         self.stats.store_errors += 1
-        first = self.store_refused_at == float("-inf")  # the first of a run of refusals is an error, the rest noise
+        first = True
         with contextlib.suppress(RuntimeError):  # called outside trio (a direct call): no pulls to quiet
-            self.store_refused_at = trio.current_time()
+            now = trio.current_time()
+            first = now - self.store_refused_at >= REFUSED_QUIET  # the first of a run is an error, the rest noise
+            self.store_refused_at = now
         (self._log.error if first else self._log.debug)("store refused events", via=via, events=len(events),
                                                         error=str(exc)[:300], refused_so_far=self.stats.store_errors)
         if via == "self":

@@ -31,8 +31,9 @@ class ShowLog:
         self.path, self._stamp = path, stamp
         self._file = open(path, "a+b", buffering=0)  # noqa: SIM115 (closed in close()); read: its last byte
         self._failed: DiskFailed | None = None
-        with contextlib.suppress(OSError):  # a tail we cannot mend now is cut by the next batch's failure
-            if self._file.tell() and os.pread(self._file.fileno(), 1, self._file.tell() - 1) != b"\n":
+        with contextlib.suppress(OSError):  # a tail that cannot be mended now (no room) stays torn
+            size = os.fstat(self._file.fileno()).st_size
+            if size and os.pread(self._file.fileno(), 1, size - 1) != b"\n":
                 self._file.write(b"\n")
 
     def record(self, changes: list[Transition]) -> bool:
@@ -41,15 +42,17 @@ class ShowLog:
             raise self._failed
         stamp = self._stamp()
         data = "".join(json.dumps({**stamp, **change.to_json()}) + "\n" for change in changes).encode()
-        at = self._file.tell()
+        at: int | None = None
         try:
+            at = os.fstat(self._file.fileno()).st_size  # not tell(): a short write cut back leaves it past the end
             written = self._file.write(data)
             if written != len(data):  # a short write: the disk filled up under it
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             return True
         except OSError as exc:
             with contextlib.suppress(OSError):  # cut what part of the batch went in (a device may refuse)
-                os.ftruncate(self._file.fileno(), at)
+                if at is not None:
+                    os.ftruncate(self._file.fileno(), at)
             if exc.errno in FULL:
                 return False
             self._failed = DiskFailed(

@@ -376,7 +376,7 @@ class MemberSync:
             with trio.move_on_after(wakes.next(SYNC_INTERVAL)) as wait:
                 await self.sync_now.wait()
             self._drop_wedged_pulls()  # at every wake, quiet or not
-            if self._fold_owed:  # a fold a pull left to others still moving: never more than this late
+            if self._fold_owed:  # a fold a pull left to others, or a show put off: never more than this late
                 self._refold()
             now = trio.current_time()
             # a muted member (its store behind its own feed) waits for its own events, and one

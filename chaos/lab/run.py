@@ -372,13 +372,14 @@ class ScenarioRun:
 
     def _start(self, name: str) -> None:
         member = self.cluster.members[name]
+        if name in self._failing_disks and member.state == "running":
+            # it ran on (disk_failure says so): a failing disk is replaced with the machine off
+            self._held_before[name] = {e.id for e in read_events(member.data_dir)}
+            self.nemesis.kill(name)
         if member.state in ("running", "paused"):
             raise LabError(f"the timeline starts {name}, which is already running")
         restarting = member.state in ("killed", "stopped")
         if name in self._failing_disks:
-            if member.state == "running":  # it ran on: a failing disk is replaced with the machine off
-                self._held_before[name] = {e.id for e in read_events(member.data_dir)}
-                self.nemesis.kill(name)
             self._failing_disks.discard(name)
             self.nemesis.replace_disk(name)
         self.nemesis.start(name)

@@ -243,20 +243,14 @@ def test_a_thought_a_full_disk_refused_is_published_once_the_disk_frees_without_
 class _FailingLog:
     """A transition log's file whose every write fails with ``code``."""
 
-    def __init__(self, code: int) -> None:
-        self.code = code
+    def __init__(self, real, code: int) -> None:
+        self.real, self.code = real, code
 
     def write(self, data: bytes) -> int:
         raise OSError(self.code, os.strerror(self.code))
 
-    def tell(self) -> int:
-        return 0
-
-    def fileno(self) -> int:
-        return -1
-
-    def close(self) -> None:
-        pass
+    def __getattr__(self, name: str):
+        return getattr(self.real, name)
 
 
 def _observer_of_a_split(nursery: trio.Nursery, tmp_path: Path, shown: list[str],
@@ -318,8 +312,7 @@ def test_a_member_whose_log_fails_otherwise_stops_and_says_why(tmp_path: Path, c
             member, board = _observer_of_a_split(nursery, tmp_path, shown, store)
             given.extend(board.events)
             assert member._show_log is not None
-            member._show_log._file.close()
-            member._show_log._file = _FailingLog(code)  # type: ignore[assignment]
+            member._show_log._file = _FailingLog(member._show_log._file, code)  # type: ignore[assignment]
             await nursery.start(member.run)
             for event in board.events:
                 member.network.deliver(event.to_wire())  # type: ignore[attr-defined]
@@ -425,3 +418,31 @@ def test_a_log_an_earlier_life_left_torn_is_ended_before_the_next_record(tmp_pat
     log.close()
     lines = path.read_text().splitlines()
     assert lines[1] == '{"at_ms": 2, "ki' and json.loads(lines[2])["kind"] == "start", lines
+
+
+def test_a_batch_the_full_disk_cut_short_leaves_no_trace_in_the_log(tmp_path: Path) -> None:
+    """A disk filling mid-write takes part of a batch: it is cut back, and so is nothing more
+    after a second refusal (a cut measured from a stale offset padded the log with zeros);
+    the batch that finally goes in is the log's only line."""
+    class Filling:
+        def __init__(self, real) -> None:
+            self.real, self.writes = real, 0
+
+        def write(self, data: bytes) -> int:
+            self.writes += 1
+            if self.writes == 1:
+                return self.real.write(data[:5])  # the disk filled after five bytes
+            if self.writes == 2:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return self.real.write(data)
+
+        def __getattr__(self, name: str):
+            return getattr(self.real, name)
+
+    path = tmp_path / "transitions.jsonl"
+    log = ShowLog(path, lambda: {"at_ms": 1})
+    log._file = Filling(log._file)  # type: ignore[assignment]
+    assert not log.record([Transition("start")]) and not log.record([Transition("start")])
+    assert log.record([Transition("loaded")])
+    log.close()
+    assert [json.loads(line)["kind"] for line in path.read_bytes().decode().splitlines()] == ["loaded"]
