@@ -274,7 +274,7 @@ class ScenarioRun:
                            "disk_free") and target == "claim holder":
             target = self._claim_holder()
         if step.action in ("kill", "stop"):
-            self._held_before[target] = {e.id for e in read_events(self.cluster.members[target].data_dir)}
+            self._note_held(target)
             n.kill(target) if step.action == "kill" else n.stop(target)
         elif step.action == "pause":
             n.pause(target)
@@ -285,7 +285,7 @@ class ScenarioRun:
         elif step.action == "restart_all":
             running = self.cluster.running()
             for name in running:
-                self._held_before[name] = {e.id for e in read_events(self.cluster.members[name].data_dir)}
+                self._note_held(name)
                 n.kill(name)
             for name in running:
                 self._start(name)
@@ -298,7 +298,7 @@ class ScenarioRun:
             self.history.hostile = ("sybil", "garbage", "sync-garbage", "stall")
             self._fault("hostile", f"a never-admitted peer attacks for {target:.0f}s")
         elif step.action == "wipe":
-            self._held_before[target] = {e.id for e in read_events(self.cluster.members[target].data_dir)}
+            self._note_held(target)
             n.wipe(target)
             self._wiped.add(target)
         elif step.action == "disk_fails":
@@ -339,13 +339,8 @@ class ScenarioRun:
             record.disk_failures.append(DiskFailure(round(failed_at, 3), None))
             self._fault("note", f"{name} still running {DISK_STOP_S:.0f}s after its disk failed")
             return
-        stopped_at = self.now()
-        words = self.cluster.logs(name)[said_before:]  # all it said since its disk failed
-        record.disk_failures.append(DiskFailure(round(failed_at, 3), round(stopped_at, 3), code, words[-3000:],
-                                                "Traceback (most recent call last)" in words))
-        self._held_before[name] = {e.id for e in read_events(self.cluster.members[name].data_dir)}
-        self.cluster.members[name].state = "stopped"
-        self._fault("crash", f"{name} (it stopped itself: its disk failed an fsync; exit {code})")
+        self._stopped_by_itself(name, failed_at, code, self.cluster.logs(name)[said_before:],
+                                "its disk failed an fsync")
 
     def _free_disk(self, name: str) -> None:
         """Give the member's disk room again, recording whether the member ran on through the
@@ -363,18 +358,27 @@ class ScenarioRun:
             self.history.members[name].disk_failures.append(
                 DiskFailure(round(full_at, 3), None, kind="full", refused=refused))
             return
-        self.history.members[name].disk_failures.append(DiskFailure(
-            round(full_at, 3), round(self.now(), 3), code, words[-3000:], "Traceback (most recent call last)" in words,
-            kind="full", refused=refused))
+        self._stopped_by_itself(name, full_at, code, words, "on a full disk", kind="full", refused=refused)
+
+    def _note_held(self, name: str) -> None:
+        """What the member's store holds as it goes down: its restart is judged against it."""
         self._held_before[name] = {e.id for e in read_events(self.cluster.members[name].data_dir)}
+
+    def _stopped_by_itself(self, name: str, since: float, code: int, words: str, why: str, **kind: object) -> None:
+        """Record a member whose process ended by itself after a disk fault at ``since``, having
+        said ``words`` meanwhile: a stopped member from now on, for the checkers and its restart."""
+        self.history.members[name].disk_failures.append(DiskFailure(
+            round(since, 3), round(self.now(), 3), code, words[-3000:], "Traceback (most recent call last)" in words,
+            **kind))  # type: ignore[arg-type]
+        self._note_held(name)
         self.cluster.members[name].state = "stopped"
-        self._fault("crash", f"{name} (it stopped on a full disk; exit {code})")
+        self._fault("crash", f"{name} (it stopped itself: {why}; exit {code})")
 
     def _start(self, name: str) -> None:
         member = self.cluster.members[name]
         if name in self._failing_disks and member.state == "running":
             # it ran on (disk_failure says so): a failing disk is replaced with the machine off
-            self._held_before[name] = {e.id for e in read_events(member.data_dir)}
+            self._note_held(name)
             self.nemesis.kill(name)
         if member.state in ("running", "paused"):
             raise LabError(f"the timeline starts {name}, which is already running")
