@@ -58,7 +58,8 @@ class Step:
     weather: tuple[tuple[int, int], float, float] | None = None  # (delay range, loss, dup)
     value: int = 0  # clock: the member's new offset in ms; disk: 1 full, 0 free; eio: 1 failing, 0 working
     # restart: "wipe" (store lost), "unsynced" (lose what was not fsynced), "corrupt"; "eio": only a
-    # member its failing disk stopped
+    # member its failing disk stopped, its page cache kept; "eio-dropped": the same, with what no
+    # fsync covered gone (the kernel dropped the pages its failed writeback held)
     flag: str = ""
 
 
@@ -211,6 +212,9 @@ def draw_plan(rng: random.Random, members: list[str], kinds: frozenset[str], win
         end = round(min(window_s, start + rng.uniform(1, 8)), 3)
         steps.append(Step(round(start, 3), "eio", members=(name,), value=1))
         steps.append(Step(end, "eio", members=(name,)))
-        steps.append(Step(end, "restart", members=(name,), flag="eio"))  # if the failure stopped it
+        # if the failure stopped it; after a failed fsync Linux may drop the pages it could not
+        # write (marked clean, then evicted), so the restart may find only what an fsync covered
+        dropped = rng.random() < 0.5
+        steps.append(Step(end, "restart", members=(name,), flag="eio-dropped" if dropped else "eio"))
     ordered = sorted(steps, key=lambda s: (s.at, s.action, s.members, s.groups, s.value, s.flag))
     return FaultPlan(tuple(ordered), window_s, late, skew, latency, frozenset(stopped))

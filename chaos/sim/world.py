@@ -238,10 +238,12 @@ class World:
                 self.fault("stop", f"{slot.name} (never started)")
         elif step.action == "restart":
             slot = self.slots[step.members[0]]
-            if step.flag == "eio" and slot.state == "down" and slot.stopped_by_disk:
-                self.fault("restart", f"{slot.name} (its disk works again)")
-                await slot.start()
-            elif slot.state == "down" and step.flag != "eio":
+            if step.flag.startswith("eio") and slot.state == "down" and slot.stopped_by_disk:
+                dropped = step.flag == "eio-dropped"
+                self.fault("restart", f"{slot.name} (its disk works again"
+                                      + ("; what no fsync covered is gone)" if dropped else ")"))
+                await slot.start("unsynced" if dropped else "")
+            elif slot.state == "down" and not step.flag.startswith("eio"):
                 self.fault("restart", f"{slot.name} ({step.flag})" if step.flag else slot.name)
                 await slot.start(step.flag)
         elif step.action == "oneway":

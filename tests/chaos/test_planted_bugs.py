@@ -164,6 +164,27 @@ def test_a_store_that_takes_a_failed_fsync_for_a_full_disk_is_caught(monkeypatch
     assert found[1] == "honest_feeds", found
 
 
+def test_a_store_that_shrugs_off_a_failed_fsync_is_caught(monkeypatch) -> None:
+    """The fsync before showing a change fails and the member shows it anyway. The kernel may
+    drop the pages a failed writeback held (``eio-dropped``): the restarted member lacks what it
+    showed. The simulation restarted only from the page cache before, and saw nothing wrong in
+    twelve seeds."""
+    from agents.store import DiskFailed, EventStore
+
+    honest = EventStore.sync
+
+    def shrugging(self) -> None:
+        try:
+            honest(self)
+        except DiskFailed:
+            pass
+
+    monkeypatch.setattr(EventStore, "sync", shrugging)
+    found = _first_violation(SimConfig(seed=0, faults=frozenset({"eio"})))
+    assert found is not None, f"no violation in {BUDGET} seeds"
+    assert found[1] == "no_revocation", found
+
+
 def test_a_gate_that_admits_anyone_is_caught(monkeypatch) -> None:
     """Tickets not checked: the hostile peer's sybil keys get their events stored (and counted)."""
     from agents.core.admission import Gate
