@@ -147,7 +147,29 @@ def load(path: Path, seed: int = 0) -> Scenario:
     for number, raw in enumerate(data.get("timeline") or [], start=1):
         steps.append(_step(path, number, raw, names, rng))
     timed = sorted((s for s in steps if isinstance(s.at, float)), key=lambda s: s.at)
-    return Scenario(**{**scenario.__dict__, "timeline": tuple(timed + [s for s in steps if s.at == "complete"])})
+    timeline = tuple(timed + [s for s in steps if s.at == "complete"])
+    _check_full_disks(path, timeline)
+    return Scenario(**{**scenario.__dict__, "timeline": timeline})
+
+
+def _check_full_disks(path: Path, timeline: tuple[Step, ...]) -> None:
+    """Every disk_full is ended by a disk_free of the same target, and only one is open at a
+    time for each: the verdict on a full disk is taken when it is freed (the member must have
+    run on through it), so a disk never freed would be judged by nothing."""
+    full: set[str] = set()
+    for step in timeline:
+        if step.action == "disk_full":
+            if step.target in full:
+                raise _fail(path, f"the timeline fills the disk of {step.target} again before a disk_free")
+            full.add(step.target)
+        elif step.action == "disk_free":
+            if step.target not in full:
+                raise _fail(path, f"the timeline frees the disk of {step.target}, which no disk_full step "
+                                  "before it filled")
+            full.discard(step.target)
+    if full:
+        raise _fail(path, f"the timeline fills the disk of {', '.join(sorted(full))} and never frees it: add a "
+                          "disk_free step (whether the member ran on through the full disk is judged then)")
 
 
 def _step(path: Path, number: int, raw: Any, names: list[str], rng: random.Random) -> Step:
