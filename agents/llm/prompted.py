@@ -23,7 +23,7 @@ from agents.llm.base import (
     Split,
     SubgoalDraft,
 )
-from agents.llm.checks import answer_problem, check_split, strip_preamble
+from agents.llm.checks import answer_problem, check_split, key_terms, strip_preamble
 
 SYSTEM = "You are a careful planning assistant. Be concrete and specific. Never restate the task vaguely."
 # No example lists here or in the prompt: a 0.5B model copies them into the plan (every goal, a
@@ -194,12 +194,18 @@ class PromptedBackend:
         # was tried and measured: the 0.5B model's splits below the first level repeat their parent and
         # siblings ("Develop the project architecture" under "Develop the project components"), and a
         # plan took 515 s instead of 110 for 18 such leaves. make quality counts the broad leaves instead.
-        subgoals = tuple(
+        drafts = tuple(
             SubgoalDraft(title, str(s["description"]).strip()[:1000], bool(s["executable"]) or last_level)
             for s in data["subgoals"] if (title := str(s["title"]).strip()[:120])
         )
+        # A subgoal that only restates the task (no key term the task lacks: "Plan a two-week trip
+        # to Japan" as a part of itself, seen in make swarm despite the prompt) is no part of it:
+        # dropped here rather than left to the scorers, whose best-draft fallback accepts it.
+        task = key_terms(" ".join(request.chain[-1:]) or request.goal)
+        subgoals = tuple(d for d in drafts if key_terms(d.title) - task)
         if len(subgoals) < 2:
-            raise LLMError("the model proposed fewer than 2 usable subgoals")
+            raise LLMError(f"the model proposed fewer than 2 usable subgoals ({len(drafts) - len(subgoals)} "
+                           "restated the task)")
         return Split(str(data.get("strategy") or request.strategy).strip()[:40] or request.strategy, subgoals)
 
     def score(self, request: ScoreRequest) -> Scores:

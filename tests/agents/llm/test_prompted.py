@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from agents.llm.base import CallDropped, ExecuteRequest, ModelUnavailable, ScoreRequest
+from agents.llm.base import CallDropped, DecomposeRequest, ExecuteRequest, LLMError, ModelUnavailable, ScoreRequest
 from agents.llm.prompted import PromptedBackend
 
 
@@ -70,3 +70,27 @@ def test_a_dropped_call_is_not_retried_nor_counted_as_a_bad_answer() -> None:
     assert backend.sent == 2  # one try each: retries are for unusable answers
     assert (backend.vague_retries, backend.vague_answers, backend.calls) == (0, 0, 0)
     assert backend.unavailable is None  # the model was reached: no back-off follows a drop
+
+
+class _Answers(PromptedBackend):
+    """A model that gives the split it was handed, as JSON."""
+
+    def __init__(self, titles: list[str]) -> None:
+        super().__init__()
+        self.titles = titles
+
+    def _generate(self, messages, schema, max_tokens, allow_cut=False) -> str:
+        import json
+        return json.dumps({"strategy": "geography", "subgoals": [
+            {"title": t, "description": "", "executable": True} for t in self.titles]})
+
+
+def test_a_subgoal_that_restates_the_task_is_dropped_from_the_split() -> None:
+    """Seen in make swarm: "Plan a two-week trip to Japan" accepted as a part of itself."""
+    request = DecomposeRequest("Plan a two-week trip to Japan", ("Plan a two-week trip to Japan",), "",
+                               depth=0, max_depth=3, strategy="geography", taken=())
+    split = _Answers(["Plan a two-week trip to Japan", "Book the Tokyo hotel", "Japan trip plan",
+                      "Buy a rail pass"]).decompose(request)
+    assert [s.title for s in split.subgoals] == ["Book the Tokyo hotel", "Buy a rail pass"]
+    with pytest.raises(LLMError, match=r"fewer than 2 usable subgoals \(2 restated the task\)"):
+        _Answers(["Plan the trip to Japan", "A two-week Japan trip", "Buy a rail pass"]).decompose(request)
