@@ -8,7 +8,14 @@ import threading
 
 import pytest
 
-from agents.llm.base import CallDropped, DecomposeRequest, ExecuteRequest, LLMError, ModelUnavailable, ScoreRequest
+from agents.llm.base import (
+    CallDropped,
+    DecomposeRequest,
+    ExecuteRequest,
+    LLMError,
+    ModelUnavailable,
+    ScoreRequest,
+)
 from agents.llm.prompted import PromptedBackend
 
 
