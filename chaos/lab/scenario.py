@@ -28,7 +28,8 @@ all from their volumes), disk_fails (from then on every fsync of the member fail
 with EIO, ``chaos.lab.disk``: it must stop by itself; a later restart replaces the
 disk and keeps the store), disk_full and disk_free (every write of the member to a
 file fails with ENOSPC, until disk_free: it must go on running, refusing what it cannot
-store, and catch up once there is room). ``at`` may be ``complete`` (when a member first sees
+store, and catch up once there is room; every disk_full needs its disk_free, of the same
+target, later in the timeline). ``at`` may be ``complete`` (when a member first sees
 the plan complete). Same seed, same drawn schedule.
 """
 
