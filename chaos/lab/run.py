@@ -168,7 +168,6 @@ class ScenarioRun:
         self._wiped: set[str] = set()
         self._failing_disks: set[str] = set()  # replaced when the member restarts
         self._full_disks: dict[str, tuple[float, int]] = {}  # since when (and its log's length then)
-        self._filled_as_holder = ""  # the member a disk_full of "claim holder" filled
         self.memory_mb: dict[str, float | None] = {}  # each member's container memory at the end
         self._chosen_holder: str | None = None
         self.page = {"told": 0, "failed": 0}  # times the observers' pages were sent the faults in force
@@ -271,13 +270,9 @@ class ScenarioRun:
 
     def _apply(self, step: Step) -> None:
         n, target = self.nemesis, step.target
-        if step.action == "disk_free" and target == "claim holder":
-            target = self._filled_as_holder  # the disk the claim holder of its disk_full step had
-        elif step.action in ("kill", "stop", "pause", "unpause", "restart", "start", "disk_fails", "disk_full") \
-                and target == "claim holder":
+        if step.action in ("kill", "stop", "pause", "unpause", "restart", "start", "disk_fails", "disk_full",
+                           "disk_free") and target == "claim holder":
             target = self._claim_holder()
-            if step.action == "disk_full":
-                self._filled_as_holder = target
         if step.action in ("kill", "stop"):
             self._note_held(target)
             n.kill(target) if step.action == "kill" else n.stop(target)
