@@ -166,11 +166,15 @@ def _check_full_disks(path: Path, timeline: tuple[Step, ...]) -> None:
         elif step.action == "disk_free":
             if step.target not in full:
                 raise _fail(path, f"the timeline frees the disk of {step.target}, which no disk_full step "
-                                  "before it filled")
+                                  f"before it filled{_DRAWN_APART}")
             full.discard(step.target)
     if full:
         raise _fail(path, f"the timeline fills the disk of {', '.join(sorted(full))} and never frees it: add a "
-                          "disk_free step (whether the member ran on through the full disk is judged then)")
+                          f"disk_free step (whether the member ran on through the full disk is judged then){_DRAWN_APART}")
+
+
+# each "any ROLE" is drawn on its own, so a disk_full and a disk_free of "any executor" may name two members
+_DRAWN_APART = " (an 'any ROLE' target is drawn anew at each step: name the member, or use 'claim holder')"
 
 
 def _step(path: Path, number: int, raw: Any, names: list[str], rng: random.Random) -> Step:

@@ -44,6 +44,8 @@ def test_the_shipped_scenarios_all_load_and_draw_the_same_schedule_for_a_seed() 
     ("name: x\ntimeline:\n  - {at: 5, disk_full: executor-1}\n", "fills the disk of executor-1 and never frees it"),
     ("name: x\ntimeline:\n  - {at: 5, disk_free: executor-1}\n  - {at: 9, disk_full: executor-1}\n"
      "  - {at: 12, disk_free: executor-1}\n", "frees the disk of executor-1, which no disk_full step before it"),
+    ("name: x\ntimeline:\n  - {at: 5, disk_full: any executor}\n  - {at: 9, disk_free: any executor}\n"
+     "  - {at: 9, disk_free: any executor}\n", "is drawn anew at each step"),
     ("name: x\ntimeline:\n  - {at: 5, disk_full: claim holder}\n  - {at: 6, disk_full: claim holder}\n"
      "  - {at: complete, disk_free: claim holder}\n", "fills the disk of claim holder again"),
 ])
