@@ -306,6 +306,9 @@ class ScenarioRun:
         elif step.action == "disk_full":
             if self.cluster.members[target].state != "running":
                 raise LabError(f"the timeline fills the disk of {target}, which is not running")
+            if target in self._full_disks:  # 'claim holder' and a name, the same member this run
+                raise LabError(f"the timeline fills the disk of {target} again while it is full: the claim holder "
+                               "turned out to be the member named by another disk_full; free it first")
             self._full_disks[target] = (self.now(), len(self.cluster.logs(target)))
             n.fill_disk(target)
         elif step.action == "disk_free":

@@ -28,8 +28,8 @@ all from their volumes), disk_fails (from then on every fsync of the member fail
 with EIO, ``chaos.lab.disk``: it must stop by itself; a later restart replaces the
 disk and keeps the store), disk_full and disk_free (every write of the member to a
 file fails with ENOSPC, until disk_free: it must go on running, refusing what it cannot
-store, and catch up once there is room; every disk_full needs its disk_free, of the same
-target, later in the timeline). ``at`` may be ``complete`` (when a member first sees
+store, and catch up once there is room; a member's name or ``claim holder``, and a disk
+still full when the timeline ends is freed then). ``at`` may be ``complete`` (when a member first sees
 the plan complete). Same seed, same drawn schedule.
 """
 
@@ -154,27 +154,22 @@ def load(path: Path, seed: int = 0) -> Scenario:
 
 
 def _check_full_disks(path: Path, timeline: tuple[Step, ...]) -> None:
-    """Every disk_full is ended by a disk_free of the same target, and only one is open at a
-    time for each: the verdict on a full disk is taken when it is freed (the member must have
-    run on through it), so a disk never freed would be judged by nothing."""
+    """A disk_free follows a disk_full of the same target, and a full disk is not filled again
+    before it is freed (the lab would otherwise stop mid-run; a disk the timeline leaves full
+    is freed, and judged, when the timeline ends)."""
     full: set[str] = set()
     for step in timeline:
+        when = f"at {step.at}" if step.at == "complete" else f"at {step.at:g} s"
         if step.action == "disk_full":
             if step.target in full:
-                raise _fail(path, f"the timeline fills the disk of {step.target} again before a disk_free")
+                raise _fail(path, f"the disk_full of {step.target} {when} fills a disk already full: put a "
+                                  f"disk_free of {step.target} before it, or drop it")
             full.add(step.target)
         elif step.action == "disk_free":
             if step.target not in full:
-                raise _fail(path, f"the timeline frees the disk of {step.target}, which no disk_full step "
-                                  f"before it filled{_DRAWN_APART}")
+                raise _fail(path, f"the disk_free of {step.target} {when} frees a disk no disk_full before it "
+                                  f"filled: add a disk_full of {step.target} earlier, or drop it")
             full.discard(step.target)
-    if full:
-        raise _fail(path, f"the timeline fills the disk of {', '.join(sorted(full))} and never frees it: add a "
-                          f"disk_free step (whether the member ran on through the full disk is judged then){_DRAWN_APART}")
-
-
-# each "any ROLE" is drawn on its own, so a disk_full and a disk_free of "any executor" may name two members
-_DRAWN_APART = " (an 'any ROLE' target is drawn anew at each step: name the member, or use 'claim holder')"
 
 
 def _step(path: Path, number: int, raw: Any, names: list[str], rng: random.Random) -> Step:
@@ -208,6 +203,10 @@ def _step(path: Path, number: int, raw: Any, names: list[str], rng: random.Rando
         target = groups
     elif action in ("kill", "stop", "pause", "unpause", "restart", "start", "untoxic", "wipe", "disk_fails",
                     "disk_full", "disk_free"):
+        if action in ("disk_full", "disk_free") and isinstance(target, str) and target.startswith("any "):
+            # each "any ROLE" is drawn on its own: a disk_free's draw need not be its disk_full's member
+            raise _fail(path, f"{where}: {action} takes a member's name or 'claim holder', not {target!r} "
+                              "(drawn anew at each step, a full disk and its freeing could name two members)")
         target = _member(path, where, target, names, rng)
     elif action == "hostile":
         if not isinstance(target, (int, float)) or target <= 0:

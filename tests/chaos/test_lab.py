@@ -41,13 +41,12 @@ def test_the_shipped_scenarios_all_load_and_draw_the_same_schedule_for_a_seed() 
     ("name: x\nexpect: {invariants: [happiness]}\n", "unknown invariant(s) happiness"),
     ("name: x\ncluster: {skew_ms: {executor-7: 100}}\n", "'executor-7', which is not a member"),
     ("- just a list\n", "expected a mapping"),
-    ("name: x\ntimeline:\n  - {at: 5, disk_full: executor-1}\n", "fills the disk of executor-1 and never frees it"),
-    ("name: x\ntimeline:\n  - {at: 5, disk_free: executor-1}\n  - {at: 9, disk_full: executor-1}\n"
-     "  - {at: 12, disk_free: executor-1}\n", "frees the disk of executor-1, which no disk_full step before it"),
-    ("name: x\ntimeline:\n  - {at: 5, disk_full: any executor}\n  - {at: 9, disk_free: any executor}\n"
-     "  - {at: 9, disk_free: any executor}\n", "is drawn anew at each step"),
+    ("name: x\ntimeline:\n  - {at: 5, disk_free: executor-1}\n  - {at: 9, disk_full: executor-1}\n",
+     "the disk_free of executor-1 at 5 s frees a disk no disk_full before it filled: add a disk_full"),
     ("name: x\ntimeline:\n  - {at: 5, disk_full: claim holder}\n  - {at: 6, disk_full: claim holder}\n"
-     "  - {at: complete, disk_free: claim holder}\n", "fills the disk of claim holder again"),
+     "  - {at: complete, disk_free: claim holder}\n", "the disk_full of claim holder at 6 s fills a disk already full"),
+    ("name: x\ntimeline:\n  - {at: 5, disk_full: any executor}\n",
+     "disk_full takes a member's name or 'claim holder', not 'any executor'"),
 ])
 def test_bad_scenarios_are_refused_with_the_field_and_the_fix(tmp_path, text, message) -> None:
     path = tmp_path / "bad.yaml"
