@@ -200,12 +200,14 @@ class PromptedBackend:
         )
         # A subgoal that only restates the task (no key term the task lacks: "Plan a two-week trip
         # to Japan" as a part of itself, seen in make swarm despite the prompt) is no part of it:
-        # dropped here rather than left to the scorers, whose best-draft fallback accepts it.
+        # dropped here rather than left to the scorers, whose best-draft fallback accepts it. Only
+        # where two others remain: a task that names its parts ("Book flights and hotels") is split
+        # into titles made of its own words, and a draft for the scorers beats no draft at all.
         task = key_terms(" ".join(request.chain[-1:]) or request.goal)
-        subgoals = tuple(d for d in drafts if key_terms(d.title) - task)
+        fresh = tuple(d for d in drafts if key_terms(d.title) - task)
+        subgoals = fresh if len(fresh) >= 2 else drafts
         if len(subgoals) < 2:
-            raise LLMError(f"the model proposed fewer than 2 usable subgoals ({len(drafts) - len(subgoals)} "
-                           "restated the task)")
+            raise LLMError("the model proposed fewer than 2 usable subgoals")
         return Split(str(data.get("strategy") or request.strategy).strip()[:40] or request.strategy, subgoals)
 
     def score(self, request: ScoreRequest) -> Scores:
