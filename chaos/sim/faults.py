@@ -16,7 +16,8 @@ the store gone and the key kept), ``lostwrite`` (a crash loses what was not
 fsynced), ``corrupt`` (a crash leaves a damaged page), ``diskfull`` (writes
 fail for a while), ``eio`` (the disk fails every fsync for a while: the member
 stops at its next one, ``agents.store.DiskFailed``, and is restarted once the
-disk works); ``slow`` (model latency); ``hostile`` (see
+disk works, with its page cache or, half the time, without what no fsync covered);
+``slow`` (model latency); ``hostile`` (see
 ``chaos.sim.hostile``).
 """
 

@@ -130,8 +130,10 @@ def test_a_member_its_failing_disk_stopped_comes_back_once_the_disk_works() -> N
             name = stop.detail.split(" ", 1)[0]
             back = [f for f in history.faults if f.kind == "restart" and f.at >= stop.at and f.detail.startswith(name)]
             assert back and "its disk works again" in back[0].detail, (seed, stop, back)
-            dropped += "what no fsync covered is gone" in back[0].detail
             assert history.members[name].restarts and history.members[name].alive, (seed, name)
+            gone = "what no fsync covered is gone" in back[0].detail
+            assert history.members[name].restarts[-1].power_cut == gone, (seed, name)
+            dropped += gone
             assert [f.at <= stop.at for f in history.members[name].disk_failures] == [True], (seed, name)
             stops += 1
         assert [v for v in check(history) if v.status == "fail"] == [], seed
