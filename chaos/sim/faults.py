@@ -17,7 +17,8 @@ fsynced), ``corrupt`` (a crash leaves a damaged page), ``diskfull`` (writes
 fail for a while), ``eio`` (the disk fails every fsync for a while: the member
 stops at its next one, ``agents.store.DiskFailed``, and is restarted once the
 disk works, with its page cache or, half the time, without what no fsync covered);
-``slow`` (model latency); ``hostile`` (see
+``blackout`` (every member loses power at once and restarts without what no fsync
+covered); ``slow`` (model latency); ``hostile`` (see
 ``chaos.sim.hostile``).
 """
 
@@ -27,7 +28,7 @@ import random
 from dataclasses import dataclass, field
 
 FAULT_KINDS = ("delay", "loss", "dup", "partition", "crash", "stop", "late", "skew", "slow", "clock", "oneway",
-               "pause", "storeloss", "lostwrite", "corrupt", "diskfull", "hostile", "eio")
+               "pause", "storeloss", "lostwrite", "corrupt", "diskfull", "hostile", "eio", "blackout")
 
 
 class FaultSpecError(ValueError):
@@ -217,5 +218,13 @@ def draw_plan(rng: random.Random, members: list[str], kinds: frozenset[str], win
         # write (marked clean, then evicted), so the restart may find only what an fsync covered
         dropped = rng.random() < 0.5
         steps.append(Step(end, "restart", members=(name,), flag="eio-dropped" if dropped else "eio"))
+    if "blackout" in kinds:  # drawn after eio: the other kinds' draws are those of a schedule without it
+        # the power fails for every member at once (one home network, one fuse): no member keeps a
+        # commit no fsync covered, so nothing lost can come back from a peer's page cache either
+        down = rng.uniform(window_s * 0.2, window_s * 0.8)
+        up = round(min(window_s, down + rng.uniform(0.5, 6)), 3)
+        for name in candidates:
+            steps.append(Step(round(down, 3), "crash", members=(name,)))
+            steps.append(Step(up, "restart", members=(name,), flag="unsynced"))
     ordered = sorted(steps, key=lambda s: (s.at, s.action, s.members, s.groups, s.value, s.flag))
     return FaultPlan(tuple(ordered), window_s, late, skew, latency, frozenset(stopped))

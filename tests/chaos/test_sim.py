@@ -140,6 +140,21 @@ def test_a_member_its_failing_disk_stopped_comes_back_once_the_disk_works() -> N
     assert stops > dropped > 0, f"{stops} stops, {dropped} restarts without the unsynced pages: want both kinds"
 
 
+def test_a_blackout_restarts_every_member_without_what_no_fsync_covered() -> None:
+    """``blackout``: the power fails for the whole cluster at once, so no member's page cache
+    can give back another's unsynced commit; every member comes back from what its own fsyncs
+    covered, and nothing any of them showed is lost."""
+    lost = 0
+    for seed in range(4):
+        history = run_seed(SimConfig(seed=seed, faults=frozenset({"blackout"}))).history
+        restarts = [(name, r) for name, m in history.members.items() for r in m.restarts]
+        assert sorted(name for name, _ in restarts) == sorted(n for n in history.members if n != "client"), seed
+        assert len({r.at for _, r in restarts}) == 1 and all(r.power_cut for _, r in restarts), (seed, restarts)
+        lost += sum(len(r.lost) for _, r in restarts)
+        assert [v for v in check(history) if v.status == "fail"] == [], seed
+    assert lost, "no blackout took an unsynced commit: the fault had no teeth"
+
+
 def test_the_restart_after_a_failing_disk_brings_back_only_a_member_that_disk_stopped(monkeypatch) -> None:
     """A member another fault holds down when its disk would fail stays down until that fault's
     own restart, which does its damage (here a wipe): the disk's restart is not for it."""
