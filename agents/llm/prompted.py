@@ -23,7 +23,7 @@ from agents.llm.base import (
     Split,
     SubgoalDraft,
 )
-from agents.llm.checks import answer_problem, check_split, key_terms, strip_preamble
+from agents.llm.checks import answer_problem, check_split, key_terms, strip_preamble, words
 
 SYSTEM = "You are a careful planning assistant. Be concrete and specific. Never restate the task vaguely."
 # No example lists here or in the prompt: a 0.5B model copies them into the plan (every goal, a
@@ -203,9 +203,16 @@ class PromptedBackend:
         # dropped here rather than left to the scorers, whose best-draft fallback accepts it. Only
         # where two others remain: a task that names its parts ("Book flights and hotels") is split
         # into titles made of its own words, and a draft for the scorers beats no draft at all.
+        # A title that repeats an earlier one in other words' order is dropped on the same terms.
         task = key_terms(" ".join(request.chain[-1:]) or request.goal)
-        fresh = tuple(d for d in drafts if key_terms(d.title) - task)
-        subgoals = fresh if len(fresh) >= 2 else drafts
+        seen: set[tuple[str, ...]] = set()
+        fresh = []
+        for draft in drafts:
+            terms = tuple(sorted(words(draft.title)))
+            if key_terms(draft.title) - task and terms not in seen:
+                fresh.append(draft)
+            seen.add(terms)
+        subgoals = tuple(fresh) if len(fresh) >= 2 else drafts
         if len(subgoals) < 2:
             raise LLMError("the model proposed fewer than 2 usable subgoals")
         return Split(str(data.get("strategy") or request.strategy).strip()[:40] or request.strategy, subgoals)
