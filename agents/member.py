@@ -232,8 +232,12 @@ class Member(MemberSync, MemberActing):
         return self._stored(events, added, via, refold)
 
     def _durable(self, events: list[Event]) -> bool:
-        """Whether storing ``events`` waits for the disk: when this member signed any of them."""
-        return self.author is not None and any(event.author == self.me.peer_id for event in events)
+        """Whether storing ``events`` waits for the disk: when this member signed any of them, or
+        any is a goal. A goal's client leaves once a member holds it (``swarm submit``), so no
+        author keeps it running: held only in page caches, one power cut of the members' machines
+        would take the goal the user was told was submitted (the simulation's ``blackout``)."""
+        return any(event.kind == "goal" or (self.author is not None and event.author == self.me.peer_id)
+                   for event in events)
 
     def store_behind(self, events: list[Event]) -> Future[int]:
         """Start storing ``events`` on the store thread; ``written`` takes the answer. Until

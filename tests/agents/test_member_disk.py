@@ -1,7 +1,8 @@
 """What a member's commits wait for: the disk, only where something depends on it.
 
 Its own events are fsynced before anything else happens to them (nobody else may hold
-them yet); others' events are committed without an fsync (a killed process keeps them;
+them yet), and so are goals (their client leaves once a member holds one); others' events
+are committed without an fsync (a killed process keeps them;
 a power cut may take the last few, which their authors still hold) until the member
 is about to show a change of its tree, which is final: then everything is fsynced
 first. The simulation's store keeps its files as of its last fsync (what a power cut
@@ -49,10 +50,12 @@ def test_own_events_wait_for_the_disk_and_others_wait_until_a_decision_rests_on_
     member = Member(credentials("disk/x", "decomposer"), store, network=None,  # type: ignore[arg-type]
                     think_in_thread=False, store_in_thread=False, now_ms=lambda: 10_000)
     try:
-        heard = list(board.events)  # the goal and two drafts: nothing shown
-        member._admit(heard, "gossip")
+        member._admit([board.goal], "gossip")  # a goal is held on the disk: its client leaves
+        assert on_disk_after_a_power_cut(store, tmp_path / "cut0") == {board.goal.id}
+        heard = list(board.events)  # and two drafts: nothing shown
+        member._admit(heard[1:], "gossip")
         assert member.tree.nodes[board.node].split is None
-        assert on_disk_after_a_power_cut(store, tmp_path / "cut1") == set()
+        assert on_disk_after_a_power_cut(store, tmp_path / "cut1") == {board.goal.id}
 
         assert member.author is not None
         own: Event = member.author.sign(ProposalBody(node=board.node, strategy="mine", subgoals=(
@@ -159,12 +162,14 @@ def test_an_own_event_a_failing_disk_may_hold_is_never_signed_over(tmp_path: Pat
 def _scorer_with_a_draft(nursery: trio.Nursery, board: Board, me, tag: str, store: EventStore,
                          backend: ScriptedBackend) -> Member:
     """Scorer ``me`` of ``board`` (tagged ``tag``), ready to sign, the board's events delivered
-    to it: it will vote on the draft once it runs."""
+    to it: it will vote on the draft once it runs. The goal is stored at once (its commit waits
+    for the disk, which the test is about to fail), the rest when it runs."""
     network = SimNetwork(SimFabric(random.Random(0), nursery), me.peer_id)
     member = Member(credentials(f"{tag}/s{board.scorers.index(me)}", "scorer"), store, network, backend=backend,
                     think_in_thread=False, now_ms=lambda: 150, new_key=True)
     assert member.own is not None and member.own.learned([], member.tree, "no peer here", 0)
-    for event in board.events:
+    member._admit([board.goal], "gossip")
+    for event in board.events[1:]:
         network.deliver(event.to_wire())
     network.attach(nursery)
     return member
