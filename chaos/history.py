@@ -131,6 +131,7 @@ class History:
     # its store; the simulation samples what members show, so there it is exact
     show_within_s: float = 0.0
     admitted: set[str] | None = None  # every peer the cluster's authority admitted (hostile ones too)
+    goal: str = ""  # the submitted goal's id: its client left once a member held it
 
     def __getstate__(self) -> dict[str, object]:
         """What crosses a process boundary (a failing seed's history, for its report): the

@@ -234,6 +234,8 @@ class ScenarioRun:
             if scenario.role_of(name) == "observer":
                 self.say(f"  the live page: http://{self.cluster.ip(name)}:{PAGE_PORT}/ ({name})")
         answer = self.cluster.submit(scenario.goal, scenario.quorum, scenario.claim_lease_s, scenario.round_s)
+        submitted = re.search(r"goal ([0-9a-f]{64}) submitted", answer)
+        self.history.goal = submitted.group(1) if submitted else ""
         self.t0 = time.monotonic()
         self.t0_wall_ms = time.time() * 1000
         self._fault("submit", answer[:80])

@@ -221,7 +221,7 @@ def draw_plan(rng: random.Random, members: list[str], kinds: frozenset[str], win
     if "blackout" in kinds:  # drawn after eio: the other kinds' draws are those of a schedule without it
         # the power fails for every member at once (one home network, one fuse): no member keeps a
         # commit no fsync covered, so nothing lost can come back from a peer's page cache either
-        down = rng.uniform(window_s * 0.2, window_s * 0.8)
+        down = rng.uniform(0, window_s * 0.8)
         up = round(min(window_s, down + rng.uniform(0.5, 6)), 3)
         for name in candidates:
             steps.append(Step(round(down, 3), "crash", members=(name,)))

@@ -186,6 +186,7 @@ class World:
                             max_depth=self.config.max_depth, claim_lease_ms=self.config.claim_lease_ms,
                             hold_limit_ms=self.config.hold_limit_ms, round_ms=self.config.round_ms))
                         goal_id.append(event.id)
+                        self.history.goal = event.id
                         task_status.started()
                         while sum(1 for s in self.slots.values() if s.state == "up"
                                   and event.id in s.member.index) < 3:  # type: ignore[union-attr]

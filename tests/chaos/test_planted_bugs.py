@@ -184,6 +184,20 @@ def test_a_store_that_shrugs_off_a_failed_fsync_is_caught(monkeypatch) -> None:
     assert found[1] == "no_revocation", found
 
 
+def test_a_goal_held_only_in_page_caches_is_caught(monkeypatch) -> None:
+    """Goals committed like other authors' events, without an fsync: the client has left once
+    a member holds the goal, so a blackout before anything fsynced it takes it from every
+    member, and the plan the user was told was submitted is gone. Found by the first
+    simulated blackouts (seeds 920030 and five more of 300 stalled with no goal anywhere)."""
+    from agents.member import Member
+
+    monkeypatch.setattr(Member, "_durable", lambda self, events: self.author is not None and any(
+        event.author == self.me.peer_id for event in events))
+    found = _first_violation(SimConfig(seed=0, faults=frozenset({"blackout"})))
+    assert found is not None, f"no violation in {BUDGET} seeds"
+    assert found[1] == "durability" and "without the goal" in found[2], found
+
+
 def test_a_gate_that_admits_anyone_is_caught(monkeypatch) -> None:
     """Tickets not checked: the hostile peer's sybil keys get their events stored (and counted)."""
     from agents.core.admission import Gate
