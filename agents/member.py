@@ -21,9 +21,9 @@ here, or given back by a peer after a lost store) is committed durably before
 anything else happens to it, since nobody else may hold it and signing its seq
 again would fork the feed; and before the member shows a change of its tree (a
 split accepted, a leaf done: decisions are final) every commit so far is made
-durable. Events from other authors are committed without waiting for an fsync
-(a killed process keeps them; a power cut may take the last few, which sync
-fetches again). An fsync per delivered event stalled the event loop for it (one
+durable. So is a goal: its client leaves once a member holds it. Other events
+from other authors are committed without waiting for an fsync (a killed process
+keeps them; a power cut may take the last few, which sync fetches again). An fsync per delivered event stalled the event loop for it (one
 member's profile, fifty members on one disk: a tenth of its samples in the commit).
 """
 

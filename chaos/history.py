@@ -34,9 +34,9 @@ class Restart:
     lost: tuple[str, ...]
     fault: str = ""
     error: str = ""
-    # the crash took the page cache (a power cut: the simulation's ``lostwrite``; or the kernel
-    # dropped the pages a failed fsync could not write: its ``eio``), so commits no fsync covered
-    # are gone; ``lost_by`` names the author of each event in ``lost``
+    # the crash took the page cache (a power cut: the simulation's ``lostwrite`` and ``blackout``;
+    # or the kernel dropped the pages a failed fsync could not write: its ``eio``), so commits no
+    # fsync covered are gone; ``lost_by`` names the author of each event in ``lost``
     power_cut: bool = False
     lost_by: tuple[str, ...] = ()
 

@@ -203,16 +203,14 @@ class PromptedBackend:
         # dropped here rather than left to the scorers, whose best-draft fallback accepts it. Only
         # where two others remain: a task that names its parts ("Book flights and hotels") is split
         # into titles made of its own words, and a draft for the scorers beats no draft at all.
-        # A title that repeats an earlier one in other words' order is dropped on the same terms.
+        # Then a title that repeats an earlier one's words is dropped, on the same terms.
         task = key_terms(" ".join(request.chain[-1:]) or request.goal)
-        seen: set[tuple[str, ...]] = set()
-        fresh = []
-        for draft in drafts:
-            terms = tuple(sorted(words(draft.title)))
-            if key_terms(draft.title) - task and terms not in seen:
-                fresh.append(draft)
-            seen.add(terms)
-        subgoals = tuple(fresh) if len(fresh) >= 2 else drafts
+        fresh = tuple(d for d in drafts if key_terms(d.title) - task)
+        subgoals = fresh if len(fresh) >= 2 else drafts
+        distinct: dict[frozenset[str], SubgoalDraft] = {}
+        for draft in subgoals:
+            distinct.setdefault(frozenset(words(draft.title)), draft)
+        subgoals = tuple(distinct.values()) if len(distinct) >= 2 else subgoals
         if len(subgoals) < 2:
             raise LLMError("the model proposed fewer than 2 usable subgoals")
         return Split(str(data.get("strategy") or request.strategy).strip()[:40] or request.strategy, subgoals)

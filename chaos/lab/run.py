@@ -235,7 +235,9 @@ class ScenarioRun:
                 self.say(f"  the live page: http://{self.cluster.ip(name)}:{PAGE_PORT}/ ({name})")
         answer = self.cluster.submit(scenario.goal, scenario.quorum, scenario.claim_lease_s, scenario.round_s)
         submitted = re.search(r"goal ([0-9a-f]{64}) submitted", answer)
-        self.history.goal = submitted.group(1) if submitted else ""
+        if submitted is None:  # durability judges the goal by its id: a run without it would not
+            raise LabError(f"the goal's client did not say which goal it submitted: {answer[-300:]!r}")
+        self.history.goal = submitted.group(1)
         self.t0 = time.monotonic()
         self.t0_wall_ms = time.time() * 1000
         self._fault("submit", answer[:80])

@@ -59,6 +59,7 @@ class Step:
     groups: tuple[tuple[str, ...], ...] = ()
     weather: tuple[tuple[int, int], float, float] | None = None  # (delay range, loss, dup)
     value: int = 0  # clock: the member's new offset in ms; disk: 1 full, 0 free; eio: 1 failing, 0 working
+    # crash: "blackout" (the power fails: whichever restart comes next finds only what an fsync covered)
     # restart: "wipe" (store lost), "unsynced" (lose what was not fsynced), "corrupt"; "eio": only a
     # member its failing disk stopped, its page cache kept; "eio-dropped": the same, with what no
     # fsync covered gone (the kernel dropped the pages its failed writeback held)
@@ -221,10 +222,11 @@ def draw_plan(rng: random.Random, members: list[str], kinds: frozenset[str], win
     if "blackout" in kinds:  # drawn after eio: the other kinds' draws are those of a schedule without it
         # the power fails for every member at once (one home network, one fuse): no member keeps a
         # commit no fsync covered, so nothing lost can come back from a peer's page cache either
+        # (members down already, or due to stop later, lose their page cache too: ``Slot.power_lost``)
         down = rng.uniform(0, window_s * 0.8)
         up = round(min(window_s, down + rng.uniform(0.5, 6)), 3)
-        for name in candidates:
-            steps.append(Step(round(down, 3), "crash", members=(name,)))
+        for name in members:
+            steps.append(Step(round(down, 3), "crash", members=(name,), flag="blackout"))
             steps.append(Step(up, "restart", members=(name,), flag="unsynced"))
     ordered = sorted(steps, key=lambda s: (s.at, s.action, s.members, s.groups, s.value, s.flag))
     return FaultPlan(tuple(ordered), window_s, late, skew, latency, frozenset(stopped))

@@ -115,6 +115,9 @@ class Slot:
         self.held_at_kill: frozenset[str] = frozenset()
         self.member: Member | None = None
         self.stopped_by_disk = False  # down because its disk failed (``eio``), not by the nemesis
+        # the power failed while it was up or down (``blackout``): its next start, whatever restarts
+        # it, finds only what an fsync covered
+        self.power_lost = False
         self.disk_failing_since = 0.0  # when the nemesis last made its disk fail
         self._life: object | None = None  # the member's present life: what it shows is recorded
         self.scope: trio.CancelScope | None = None
@@ -140,10 +143,13 @@ class Slot:
     async def start(self, flag: str = "") -> None:
         self.stopped_by_disk = False
         held_before = self.held_at_kill
+        power_cut = flag == "unsynced" or (self.power_lost and self.state == "down")
+        self.power_lost = False
         if self.state == "down":
             # a killed process never closes its store (closing would checkpoint the log into
-            # the database): the disk holds exactly what it held at the kill
-            restore_image(self.data_dir, self.crash_image)
+            # the database): the disk holds exactly what it held at the kill, or after a power
+            # cut what its last fsync covered
+            restore_image(self.data_dir, self.durable_image if power_cut else self.crash_image)
             if flag:
                 self._damage(flag)
         error = ""
@@ -162,9 +168,9 @@ class Slot:
             fault = flag if flag in ("wipe", "corrupt") else ""
             authors = {e.id: e.author for e in self.record.events}
             self.record.restarts.append(Restart(self.world.now(), len(held_before), lost, fault, error,
-                                                power_cut=flag == "unsynced",
+                                                power_cut=power_cut,
                                                 lost_by=tuple(authors.get(i, "") for i in lost)))
-            if fault or error or flag == "unsynced":  # destroyed on purpose, damaged past opening
+            if fault or error or power_cut:  # destroyed on purpose, damaged past opening
                 gone = set(lost)                      # and moved aside, or never on the disk
                 self.record.destroyed.extend(e for e in self.record.events if e.id in gone)
         network = self.world.fabric.endpoint(self.identity.peer_id)

@@ -163,7 +163,8 @@ class World:
 
     async def _submit_goal(self) -> None:
         """A client signs the goal, gossips it, and leaves once three members hold it
-        (``swarm submit`` waits for one; three keeps one crash from losing the goal)."""
+        (``swarm submit`` waits for one; a member holds a goal on its disk, and three keep one
+        lost store from losing it)."""
         client_dir = self.scratch / "client"
         identity = identity_for(self.config.seed, "client", 0)
         store = EventStore.open(client_dir)
@@ -230,6 +231,8 @@ class World:
             self.fault("heal")
         elif step.action in ("crash", "stop"):
             slot = self.slots[step.members[0]]
+            if step.flag == "blackout" and slot.state in ("up", "paused", "down"):
+                slot.power_lost = True  # a member down already loses its page cache too
             if slot.state in ("up", "paused"):
                 self.fabric.resume(slot.identity.peer_id)
                 slot.down("down" if step.action == "crash" else "stopped")

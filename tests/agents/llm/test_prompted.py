@@ -101,6 +101,8 @@ def test_a_subgoal_that_restates_the_task_is_dropped_from_the_split() -> None:
     split = _Answers(["Buy a rail pass", "Book the Tokyo hotel", "buy a pass, rail", "Book the Tokyo hotel"]
                      ).decompose(request)
     assert [s.title for s in split.subgoals] == ["Buy a rail pass", "Book the Tokyo hotel"]
+    split = _Answers(["Plan a two-week trip to Japan", "Book the hotel", "Book the hotel"]).decompose(request)
+    assert [s.title for s in split.subgoals] == ["Book the hotel", "Book the hotel"]  # the scorers refuse it
     # a task that names its parts keeps them: the scorers judge that draft
     parts = DecomposeRequest("Plan a trip", ("Plan a trip", "Book flights and hotels"), "", depth=1, max_depth=3,
                              strategy="geography", taken=())
