@@ -3,8 +3,9 @@
 The failure is real to the process: a shim preloaded into it (``chaos/lab/disk.py``, the
 lab's own, built with the system's C compiler) makes libc's ``fsync`` and
 ``fdatasync`` fail with EIO, for SQLite and Python alike, from the moment a flag
-file exists. The member starts on a working disk, the flag is set, then a peer
-holding a decided split comes up: the member pulls the split, is about to show it,
+file exists. The member starts on a working disk and pulls the goal from one peer (a goal
+waits for the disk), the flag is set, then a peer holding a decided split comes up: the
+member pulls the split, is about to show it,
 and its fsync fails. It must stop with the store's message (no traceback), show
 nothing, and keep what it committed.
 """
@@ -43,31 +44,37 @@ def test_a_member_whose_disk_fails_while_it_runs_stops_shows_nothing_and_keeps_i
     board = Board(tag="eio-process")
     board.accept(("Kyoto lodging", "Tokyo rail pass"), "eio-process")  # a split, decided
     admin = ClusterDir.init(tmp_path / "cluster", CLUSTER, authority=AUTHORITY)
-    holder, member = (Proc(name, tmp_path / name, free_port(), load_or_create(tmp_path / name).peer_id)
-                      for name in ("holder", "member"))
-    for proc in (holder, member):
+    holder, goal_holder, member = (Proc(name, tmp_path / name, free_port(), load_or_create(tmp_path / name).peer_id)
+                                   for name in ("holder", "goal-holder", "member"))
+    for proc in (holder, goal_holder, member):
         admin.admit_dir(proc.data_dir, "observer")
     with EventStore.open(holder.data_dir) as store:
         store.add_many(board.events)
+    with EventStore.open(goal_holder.data_dir) as store:
+        store.add_many(board.events[:1])
     flag = tmp_path / "disk-fails"
+    log = member.data_dir / "agent.log"
     monkeypatch.setenv("LD_PRELOAD", str(fsync_shim))
     monkeypatch.setenv("SWARM_FSYNC_FAILS_WHEN", str(flag))
-    start_agent(member, "observer", [holder], cluster=CLUSTER)  # its peer is not up yet
+    start_agent(member, "observer", [goal_holder, holder], cluster=CLUSTER)  # its peers are not up yet
     monkeypatch.delenv("LD_PRELOAD")
     try:
         # started: its addrs written (and that write's fsyncs done) before it says so
-        _wait_for(lambda: "member running" in (member.data_dir / "agent.log").read_text()
-                  or member.process.poll() is not None, "the member to start")
-        assert member.process.poll() is None, (member.data_dir / "agent.log").read_text()[-2000:]
+        _wait_for(lambda: "member running" in log.read_text() or member.process.poll() is not None,
+                  "the member to start")
+        # the goal first, while the disk works: a batch with a goal waits for the disk
+        start_agent(goal_holder, "observer", [member], cluster=CLUSTER)
+        _wait_for(lambda: '"synced"' in log.read_text() or member.process.poll() is not None, "the goal")
+        assert member.process.poll() is None, log.read_text()[-2000:]
         flag.touch()  # from now on its disk fails every fsync
         start_agent(holder, "observer", [member], cluster=CLUSTER)  # it dials the member at once
         _wait_for(lambda: member.process.poll() is not None, "the member to stop", timeout=90)
     finally:
-        end_processes([p.process for p in (member, holder) if p.process is not None])
-    log = (member.data_dir / "agent.log").read_text()
-    assert member.process.returncode == 1, log[-2000:]
-    assert "swarm agent: cannot flush" in log and "Input/output error; the member stops" in log, log[-2000:]
-    assert "Traceback" not in log, log[-3000:]
+        end_processes([p.process for p in (member, holder, goal_holder) if p.process is not None])
+    said = log.read_text()
+    assert member.process.returncode == 1, said[-2000:]
+    assert "swarm agent: cannot flush" in said and "Input/output error; the member stops" in said, said[-2000:]
+    assert "Traceback" not in said, said[-3000:]
     shown = [json.loads(line) for line in (member.data_dir / "transitions.jsonl").read_text().splitlines()]
     assert {s["kind"] for s in shown} <= {"start", "loaded"}, shown  # its start; never the split
     with EventStore.open(member.data_dir) as store:  # committed, not fsynced: a kill keeps it

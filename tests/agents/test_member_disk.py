@@ -76,6 +76,31 @@ def test_own_events_wait_for_the_disk_and_others_wait_until_a_decision_rests_on_
         store.close()
 
 
+def test_a_goal_a_pull_brings_is_on_the_disk_once_it_is_held(tmp_path: Path) -> None:
+    """The pull's path: batches stored on the store thread (``store_behind``, then ``written``).
+    Drafts wait for no fsync; a batch with the goal does, before the goal is indexed (what a
+    summary, and so ``swarm submit``, reads as held)."""
+    board = Board(tag="pullgoal")
+    store = SimStore.open(tmp_path / "member")
+    member = Member(credentials("pullgoal/x", "observer"), store, network=None,  # type: ignore[arg-type]
+                    think_in_thread=False, store_in_thread=True, now_ms=lambda: 10_000)
+
+    async def pull() -> None:
+        drafts = board.events[1:]
+        member.written(drafts, member.store_behind(drafts), "sync")
+        assert on_disk_after_a_power_cut(store, tmp_path / "cut1") == set()
+        member.written([board.goal], member.store_behind([board.goal]), "sync")
+        assert board.goal.id in member.index
+        # the goal's fsync covers the log, the drafts committed before it included
+        assert on_disk_after_a_power_cut(store, tmp_path / "cut2") == {e.id for e in board.events}
+
+    try:
+        trio.run(pull)
+    finally:
+        member.close()
+        store.close()
+
+
 def test_a_failed_fsync_stops_the_member_before_it_shows_what_rests_on_it(tmp_path: Path, monkeypatch) -> None:
     """An fsync the disk refuses may report success next time (the kernel dropped what it could
     not write), so the member shows nothing more: the quorum's split stays unshown, the store
