@@ -23,8 +23,9 @@ again would fork the feed; and before the member shows a change of its tree (a
 split accepted, a leaf done: decisions are final) every commit so far is made
 durable. So is a goal: its client leaves once a member holds it. Other events
 from other authors are committed without waiting for an fsync (a killed process
-keeps them; a power cut may take the last few, which sync fetches again). An fsync per delivered event stalled the event loop for it (one
-member's profile, fifty members on one disk: a tenth of its samples in the commit).
+keeps them; a power cut may take the last few, which sync fetches again). An
+fsync per delivered event stalled the event loop for it (one member's profile,
+fifty members on one disk: a tenth of its samples in the commit).
 """
 
 from __future__ import annotations

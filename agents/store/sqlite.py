@@ -9,8 +9,9 @@ was committed before it durable: a power cut can take the tail of the log that
 no fsync covered, never more. The member asks for it where something depends on
 the disk (its own events before it sends them, and goals, whose client leaves;
 what it is about to show, before it shows it: ``agents.member``); everything else
-it holds came from peers, who give it again. An fsync per delivered event was the longest stall of a member's
-event loop: fifty members fsyncing each probe on one disk (see ``agents.member``).
+it holds came from peers, who give it again. An fsync per delivered event was the
+longest stall of a member's event loop: fifty members fsyncing each probe on one
+disk (see ``agents.member``).
 The store's own fsync of the log fsyncs the directory too the first time it meets a
 log SQLite created (a new file's name is on the disk only then: ``agents.durable``);
 SQLite does the same for the commits it fsyncs.

@@ -128,12 +128,11 @@ class Slot:
         return EPOCH_MS + int(trio.current_time() * 1000) + self.skew_ms + self.clock_ms
 
     def _damage(self, flag: str) -> None:
-        """What a crash did to the store, applied before it is opened again."""
+        """What a crash did to the store, applied before it is opened again (a power cut,
+        "unsynced", is which image ``start`` puts back)."""
         files = store_files(self.data_dir)
         if flag == "wipe":
             restore_image(self.data_dir, {})
-        elif flag == "unsynced":  # a power cut: what no fsync covered vanishes with the page cache
-            restore_image(self.data_dir, self.durable_image)
         elif flag == "corrupt":
             rng = random.Random(f"swarm-sim/{self.world.config.seed}/corrupt/{self.name}")
             for path in files[:2]:
