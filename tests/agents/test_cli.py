@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -88,3 +89,26 @@ def test_the_installed_entry_point_runs() -> None:
     swarm_bin = Path(sys.executable).parent / "swarm"
     run = subprocess.run([str(swarm_bin), "--help"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0 and "simulate" in run.stdout and "replay" in run.stdout
+
+
+@pytest.mark.parametrize("entry", ["module", "installed script"])
+def test_output_to_a_pipe_arrives_whole_and_the_exit_code_is_the_commands(simulated, tmp_path, entry) -> None:
+    """``swarm`` leaves without the interpreter's teardown (``agents.cli.main.run``): what a
+    command printed must still reach a pipe whole, where the streams are block-buffered (no
+    PYTHONUNBUFFERED, as in a user's shell), and its exit code must be the command's."""
+    out, _ = simulated
+    command = [sys.executable, "-m", "agents.cli.main"] if entry == "module" else [str(Path(sys.executable).parent / "swarm")]
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+
+    def swarm_buffered(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120, env=env)
+
+    run = swarm_buffered("replay", str(out / "e.jsonl"), "--json", str(tmp_path / "p.json"))
+    assert run.returncode == 0, run.stderr
+    digest = json.loads((out / "plan.json").read_text())["digest"]
+    assert json.loads((tmp_path / "p.json").read_text())["digest"] == digest
+    assert GOAL in run.stdout.partition("\n")[0], run.stdout[:200]  # the tree, printed first
+    assert digest in run.stdout.rstrip("\n").rpartition("\n")[2], run.stdout[-300:]  # the summary, printed last
+    refused = swarm_buffered("replay", str(tmp_path / "missing.jsonl"))
+    assert refused.returncode == 2
+    assert "cannot read event file" in refused.stderr and "missing.jsonl" in refused.stderr
