@@ -7,7 +7,8 @@ did not complete); 2 bad usage or bad input (the message names it and the way ou
 from __future__ import annotations
 
 import argparse
-import logging
+import atexit
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -159,16 +160,26 @@ def run() -> NoReturn:
     interpreter's teardown. Teardown frees every object one at a time, and a command that
     folded a large plan holds millions (0.6 s of a 100k-event ``swarm observe``, whose
     caller waits for the exit). By the time ``main`` returns, each command has closed its
-    store and written its files; the output streams and the logging handlers are flushed
-    here, and the kernel closes the rest (the verifier children's pipes, which ends them). An
-    exception out of ``main`` leaves by the normal path, traceback and teardown included."""
+    store and written its files; the exit handlers run here (the logging handlers' flush,
+    py-libp2p's log queue) and the output streams are flushed, and the kernel closes the rest
+    (the verifier children's pipes, which ends them). An exception out of ``main`` leaves by
+    the normal path, traceback and teardown included, and so does every command run under a
+    profiler or a coverage tracer, which write their results at teardown."""
     code = main()
-    logging.shutdown()
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)
+    atexit._run_exitfuncs()  # what a normal exit runs first (CPython's, stable since 2.x)
     for stream in (sys.stdout, sys.stderr):
+        if stream is None:  # started with that descriptor closed
+            continue
         try:
             stream.flush()
-        except (OSError, ValueError):  # a reader that went away (``swarm ... | head``), a closed stream
+        except BrokenPipeError:  # a reader that went away (``swarm ... | head``): nothing to say
             code = code or 1
+        except (OSError, ValueError) as exc:  # a full disk under ``> FILE``: the output is cut short
+            code = code or 1
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                os.write(2, f"swarm: could not write all of the output: {exc}\n".encode())
     os._exit(code)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -98,6 +99,9 @@ def test_output_to_a_pipe_arrives_whole_and_the_exit_code_is_the_commands(simula
     PYTHONUNBUFFERED, as in a user's shell), and its exit code must be the command's."""
     out, _ = simulated
     command = [sys.executable, "-m", "agents.cli.main"] if entry == "module" else [str(Path(sys.executable).parent / "swarm")]
+    if entry == "installed script":  # the script pip wrote calls ``run``, not ``main`` (a stale install would)
+        scripts = importlib.metadata.entry_points(group="console_scripts", name="swarm")
+        assert [script.value for script in scripts] == ["agents.cli.main:run"]
     env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
 
     def swarm_buffered(*args: str) -> subprocess.CompletedProcess[str]:
