@@ -178,7 +178,7 @@ def run() -> NoReturn:
             code = code or 1
         except (OSError, ValueError) as exc:  # a full disk under ``> FILE``: the output is cut short
             code = code or 1
-            with contextlib.suppress(OSError, ValueError, AttributeError):
+            with contextlib.suppress(OSError):
                 os.write(2, f"swarm: could not write all of the output: {exc}\n".encode())
     os._exit(code)
 

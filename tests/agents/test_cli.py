@@ -14,8 +14,12 @@ import pytest
 GOAL = "Plan a two-week trip to Japan"
 
 
-def swarm(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agents.cli.main", *args], capture_output=True, text=True, timeout=120)
+MODULE = [sys.executable, "-m", "agents.cli.main"]
+SCRIPT = [str(Path(sys.executable).parent / "swarm")]  # what pip installed
+
+
+def swarm(*args: str, command: list[str] = MODULE, **options) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120, **options)
 
 
 @pytest.fixture(scope="module")
@@ -87,32 +91,32 @@ def test_bad_usage_exits_2_and_says_what_to_do(args, message) -> None:
 
 
 def test_the_installed_entry_point_runs() -> None:
-    swarm_bin = Path(sys.executable).parent / "swarm"
-    run = subprocess.run([str(swarm_bin), "--help"], capture_output=True, text=True, timeout=60)
+    run = swarm("--help", command=SCRIPT)
     assert run.returncode == 0 and "simulate" in run.stdout and "replay" in run.stdout
 
 
-@pytest.mark.parametrize("entry", ["module", "installed script"])
-def test_output_to_a_pipe_arrives_whole_and_the_exit_code_is_the_commands(simulated, tmp_path, entry) -> None:
+@pytest.mark.parametrize("command", [MODULE, SCRIPT], ids=["module", "installed script"])
+def test_output_to_a_pipe_arrives_whole_and_the_exit_code_is_the_commands(simulated, tmp_path, command) -> None:
     """``swarm`` leaves without the interpreter's teardown (``agents.cli.main.run``): what a
     command printed must still reach a pipe whole, where the streams are block-buffered (no
-    PYTHONUNBUFFERED, as in a user's shell), and its exit code must be the command's."""
+    PYTHONUNBUFFERED, as in a user's shell), its exit code must be the command's, and output
+    it could not write is said, not lost in silence."""
     out, _ = simulated
-    command = [sys.executable, "-m", "agents.cli.main"] if entry == "module" else [str(Path(sys.executable).parent / "swarm")]
-    if entry == "installed script":  # the script pip wrote calls ``run``, not ``main`` (a stale install would)
+    if command == SCRIPT:  # the script pip wrote calls ``run``, not ``main`` (a stale install would)
         scripts = importlib.metadata.entry_points(group="console_scripts", name="swarm")
         assert [script.value for script in scripts] == ["agents.cli.main:run"]
     env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
-
-    def swarm_buffered(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120, env=env)
-
-    run = swarm_buffered("replay", str(out / "e.jsonl"), "--json", str(tmp_path / "p.json"))
+    run = swarm("replay", str(out / "e.jsonl"), "--json", str(tmp_path / "p.json"), command=command, env=env)
     assert run.returncode == 0, run.stderr
     digest = json.loads((out / "plan.json").read_text())["digest"]
     assert json.loads((tmp_path / "p.json").read_text())["digest"] == digest
     assert GOAL in run.stdout.partition("\n")[0], run.stdout[:200]  # the tree, printed first
     assert digest in run.stdout.rstrip("\n").rpartition("\n")[2], run.stdout[-300:]  # the summary, printed last
-    refused = swarm_buffered("replay", str(tmp_path / "missing.jsonl"))
+    refused = swarm("replay", str(tmp_path / "missing.jsonl"), command=command, env=env)
     assert refused.returncode == 2
     assert "cannot read event file" in refused.stderr and "missing.jsonl" in refused.stderr
+    with open("/dev/full", "w") as full:  # every write fails: no space left on the device
+        cut = subprocess.run([*command, "replay", str(out / "e.jsonl")], stdout=full, stderr=subprocess.PIPE,
+                             text=True, timeout=120, env=env)
+    assert cut.returncode == 1
+    assert "could not write all of the output" in cut.stderr and "No space left" in cut.stderr, cut.stderr[-500:]
