@@ -163,24 +163,26 @@ class Member(MemberSync, MemberActing):
                        if role != "observer" else None)
         self.me = Me(identity.peer_id, role, strategy,  # type: ignore[arg-type]
                      at_once=calls_at_once(role, int(getattr(backend, "parallel", 1) or 1)))
-        self.index = EventIndex(store.events())
         # a catch-up's commits, while the event loop parses the next frames (``agents.syncing``)
         self.store_thread = ThreadPoolExecutor(1, thread_name_prefix="store") if store_in_thread else None
         self._heap = Settler()
-        self._heap.held(len(self.index))
         self.stats = MemberStats(refused=store.counters().get("refused", 0))
-        # Restart safety: the clock starts after every event held (not only our own), and the
-        # member signs nothing until its own feed is whole (``agents.ownfeed``).
-        for event in self.index.events():
-            self.clock.restore(event.ts)
+        # the events and the tree it starts with are walked once, by the settle after the fold,
+        # not by each collection the load and the fold would set off (``agents.heap``)
+        with settled():
+            self.index = EventIndex(store.events())
+            # Restart safety: the clock starts after every event held (not only our own), and the
+            # member signs nothing until its own feed is whole (``agents.ownfeed``).
+            for event in self.index.events():
+                self.clock.restore(event.ts)
+            self.tree: PlanTree = fold(self.index.events())
+            self._heap.held(len(self.index))
         self.own = OwnFeed(self.author, feed_head_path, new_key) if self.author is not None else None
         self._on_transition = on_transition
         self._show_log = ShowLog(transitions_path, self._stamp) if transitions_path else None
         self._show_put_off = False  # a fold's changes wait for room in the transition log
         self.now_ms = now_ms
         store.sync()  # what an earlier life committed may be in the page cache only: it is shown next
-        with settled():
-            self.tree: PlanTree = fold(self.index.events())
         # what its store alone shows, between the start and loaded records: every decision shown before
         if not self._show([Transition("start"), *changes(None, self.tree), Transition("loaded")]):
             if self._show_log is not None:

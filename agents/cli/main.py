@@ -23,6 +23,7 @@ from agents.cli.errors import CommandError, UsageError
 from agents.core.decode import decode_event
 from agents.core.events import EventRefused
 from agents.core.fold import fold
+from agents.heap import settled
 from agents.render import plan_json, plan_markdown, render_tree, summary
 
 
@@ -70,6 +71,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     import structlog
 
     log = structlog.get_logger("swarm.replay")
+    with settled():  # it reads, folds, prints and exits
+        return _replay(args, log)
+
+
+def _replay(args: argparse.Namespace, log) -> int:
     events = []
     refused = 0
     for name in args.files:

@@ -26,6 +26,7 @@ from agents.cli.members import (
     write_addrs,
 )
 from agents.core.fold import fold
+from agents.heap import settled
 from agents.member import Member
 from agents.metrics import parse_address
 from agents.narrate import Narrator
@@ -37,8 +38,15 @@ from agents.web.server import serve as serve_page
 
 
 def cmd_observe(args: argparse.Namespace) -> int:
-    data_dir = Path(args.data_dir)
     web = parse_address(args.web) if args.web else None
+    if args.follow or args.until_complete or web is not None:
+        return _observe(args, web)
+    with settled():  # one-shot: it catches up, prints and exits
+        return _observe(args, web)
+
+
+def _observe(args: argparse.Namespace, web: tuple[str, int] | None) -> int:
+    data_dir = Path(args.data_dir)
     creds, store = open_member(data_dir, "observer", args)
     network = network_for(creds, args)
     page_socket, token, standby = None, "", False
@@ -163,14 +171,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir)
     if not (data_dir / "events.sqlite3").exists():
         raise CommandError(f"{data_dir} holds no event store (events.sqlite3); is it a member's --data-dir?")
-    try:
-        with EventStore.open(data_dir) as store:
-            tree = fold(store.events())
-            counters = store.counters()
-    except StoreError as exc:
-        raise CommandError(str(exc)) from None
-    by_rule = {name.split(":", 1)[1]: n for name, n in counters.items() if name.startswith("refused:")}
-    _emit(tree, args, refused=counters.get("refused", 0), by_rule=by_rule)
+    with settled():  # it reads, folds, prints and exits
+        try:
+            with EventStore.open(data_dir) as store:
+                tree = fold(store.events())
+                counters = store.counters()
+        except StoreError as exc:
+            raise CommandError(str(exc)) from None
+        by_rule = {name.split(":", 1)[1]: n for name, n in counters.items() if name.startswith("refused:")}
+        _emit(tree, args, refused=counters.get("refused", 0), by_rule=by_rule)
     return 0
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from agents.core.decode import decode_event
 from agents.core.events import Event, EventRefused
 from agents.durable import sync_directory
+from agents.heap import settled
 
 DB_NAME = "events.sqlite3"
 
@@ -322,11 +323,11 @@ class EventStore:
 
     def events(self) -> list[Event]:
         """Every stored event (in storage order, which means nothing: fold is order-free)."""
-        with self._lock:  # read as decoded, not fetched whole: a million rows' bytes at once is 700 MB
+        with self._lock, settled():  # read as decoded, not fetched whole: a million rows' bytes at once is 700 MB
             return list(self._decode(self._db.execute("SELECT raw FROM events ORDER BY rowid")))
 
     def events_by(self, author: str, after_seq: int = 0) -> list[Event]:
-        with self._lock:
+        with self._lock, settled():
             rows = self._db.execute(
                 "SELECT raw FROM events WHERE author = ? AND seq > ? ORDER BY seq", (author, after_seq)
             )
