@@ -22,6 +22,7 @@ world) the first to reach ``SETTLE_EVERY`` settles them all.
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -51,14 +52,31 @@ def settled() -> Iterator[None]:
     ``observe``). Each collection they set off walked what they made and freed nothing: a
     store of 100k events read back took 2.9 s with them, 2.0 s without, and a 100k-event
     catch-up's main thread spent 1.4 of its CPU seconds collecting. A catch-up's cyclic
-    garbage (a network's tasks and streams) is still freed at each settle."""
-    was = gc.isenabled()
-    gc.disable()
+    garbage (a network's tasks and streams) is still freed at each settle.
+
+    The collector's switch is the process's, and threads use this at once (the lab's recorder
+    reads stores beside its main thread): the first to come in turns it off and the last to
+    leave turns it back on, if it was on. Each restoring what it found turned it back on while
+    another was still inside, and could leave it off for good: a second that found it off (the
+    first inside) and turned it off just after the first had turned it on again."""
+    global _inside, _was_on
+    with _switch:
+        if _inside == 0:
+            _was_on = gc.isenabled()
+            gc.disable()
+        _inside += 1
     try:
         yield
     finally:
-        if was:
-            gc.enable()
+        with _switch:
+            _inside -= 1
+            if _inside == 0 and _was_on:
+                gc.enable()
+
+
+_switch = threading.Lock()
+_inside = 0  # ``settled`` blocks running now, in every thread
+_was_on = False  # whether the collector was on when the first of them came in
 
 
 __all__ = ["SETTLE_EVERY", "Settler", "settled"]

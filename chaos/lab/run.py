@@ -1,9 +1,9 @@
 """Run one scenario against a container cluster and judge its recorded history.
 
 The run, Jepsen-style: bring up the cluster, submit the goal, play the fault
-timeline through the nemesis while a recorder samples every member's store
-(from the host) once a second, end every fault, wait for the plan to converge,
-then hand the history to the checkers. Everything is written under the report
+timeline through the nemesis while a recorder (``chaos.lab.recorder``) samples
+every member's store (from the host) once a second, end every fault, wait for the
+plan to converge, then hand the history to the checkers. Everything is written under the report
 directory: ``report.json``, ``report.md``, ``report.html``, ``history.json`` (faults and digest
 samples), ``logs/NAME.log`` and each member's data directory.
 """
@@ -20,25 +20,28 @@ from pathlib import Path
 
 import structlog
 
-from agents.core.events import Event
 from agents.core.fold import fold
-from agents.core.tree import PlanTree
 from agents.llm.scripted import STRATEGIES
-from agents.store import EventStore
-from agents.store.sqlite import DB_NAME
 from agents.syncing import LATEST_WAKE
 from chaos.checkers import Verdict, check
 from chaos.checkers.finality import revocations
-from chaos.history import DiskFailure, History, MemberHistory, Restart, Shown
+from chaos.history import DiskFailure, History, MemberHistory, Restart
 from chaos.lab.cluster import PAGE_PORT, LabCluster, LabError, MemberSpec
 from chaos.lab.disk import ShimError, failing_fsync_shim
 from chaos.lab.nemesis import Nemesis
+from chaos.lab.recorder import (
+    SAMPLE_S,
+    Recorder,
+    read_events,
+    read_refused,
+    read_shown,
+    shows_complete,
+)
 from chaos.lab.scenario import Scenario, Step
 from chaos.report_html import render as render_html
 from chaos.windows import in_force
 
 log = structlog.get_logger("chaos.run")
-SAMPLE_S = 1.0
 # a converged cluster's stores must hold still this long (same digest, complete, the same
 # number of events in every store, unchanged) before they are read for the checkers: a vote
 # published as the plan completed reached 9 of 10 stores between the settling sample and the
@@ -48,90 +51,6 @@ TOXIPROXY_BINARY = Path.home() / ".cache" / "swarm-plan" / "bin" / "toxiproxy-se
 # how long a member whose disk failed may run on: its next own event or change shown fsyncs
 # and must end it (a claim holder renews its claim well within this)
 DISK_STOP_S = 60.0
-
-
-def read_events(data_dir: Path) -> list[Event]:
-    """A member's stored events, read from the host (the member may be writing: WAL allows it)."""
-    if not (data_dir / DB_NAME).exists():
-        return []
-    with EventStore.open(data_dir) as store:
-        return store.events()
-
-
-def read_refused(data_dir: Path) -> dict[str, int]:
-    """A member's refusals by rule, from the local counters beside its events."""
-    if not (data_dir / DB_NAME).exists():
-        return {}
-    with EventStore.open(data_dir) as store:
-        return {k.split(":", 1)[1]: v for k, v in store.counters().items() if k.startswith("refused:")}
-
-
-def read_shown(data_dir: Path, t0_wall_ms: float) -> list[Shown]:
-    """A member's transition log (``DATA_DIR/transitions.jsonl``), in run time. Its clock may be
-    skewed (faketime): times are the member's own, the order is what counts."""
-    path = data_dir / "transitions.jsonl"
-    if not path.exists():
-        return []
-    shown = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by SIGKILL
-        shown.append(Shown(round((record["at_ms"] - t0_wall_ms) / 1000, 3), record["kind"], record.get("node", ""),
-                           record.get("before"), record.get("after")))
-    return shown
-
-
-def shows_complete(data_dir: Path) -> bool:
-    """Whether a member's transition log says it shows the plan complete (since it last started)."""
-    complete = False
-    for shown in read_shown(data_dir, 0.0):
-        if shown.kind in ("start", "complete"):
-            complete = shown.after is not None
-    return complete
-
-
-class Recorder:
-    """Samples every member's digest once a second, in a thread, into the history."""
-
-    def __init__(self, cluster: LabCluster, history: History, clock: Callable[[], float]) -> None:
-        self.cluster, self.history, self.clock = cluster, history, clock
-        self.trees: dict[str, PlanTree] = {}  # each member's latest sampled plan
-        self.counts: dict[str, int] = {}  # and how many events its store held then
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="recorder", daemon=True)
-        self.first_complete: float | None = None
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def sample(self) -> None:
-        now = self.clock()
-        for name, member in list(self.cluster.members.items()):
-            if member.started_at is None:
-                continue
-            try:
-                events = read_events(member.data_dir)
-                tree = fold(events)
-            except Exception as exc:  # a store mid-creation; the next sample reads it
-                log.debug("sample failed", member=name, error=str(exc)[:200])
-                continue
-            self.trees[name] = tree
-            self.counts[name] = len(events)
-            self.history.sample(now, name, tree.digest)
-            record = self.history.members[name]
-            if tree.complete and record.completed_at is None:
-                record.completed_at = round(now, 3)
-                self.first_complete = self.first_complete or now
-
-    def _loop(self) -> None:
-        while not self._stop.wait(SAMPLE_S):
-            self.sample()
 
 
 class ScenarioRun:

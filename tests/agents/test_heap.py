@@ -45,6 +45,19 @@ def test_no_collection_runs_inside_settled_and_the_collector_comes_back_as_it_wa
         gc.enable()
 
 
+def test_overlapping_settled_blocks_keep_the_collector_off_until_the_last_leaves() -> None:
+    """As two threads' blocks may overlap: the first leaves while the second is inside."""
+    first, second = settled(), settled()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    try:
+        assert not gc.isenabled(), "the second is still inside"
+    finally:
+        second.__exit__(None, None, None)
+    assert gc.isenabled(), "on again, as it was before the first"
+
+
 def collections_during(action: Callable[[], object]) -> list[int]:
     """The generation of each collection that ran while ``action`` did."""
     ran: list[int] = []

@@ -20,7 +20,7 @@ from agents.core.fold import fold
 from agents.core.transitions import changes
 from chaos.checkers.integrity import observer_truth
 from chaos.history import History, MemberHistory, Shown
-from chaos.lab.run import shows_complete
+from chaos.lab.recorder import shows_complete
 from chaos.sim.runner import quiet_logs
 from chaos.sim.world import SimConfig, run_seed
 
