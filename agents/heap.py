@@ -10,9 +10,10 @@ reference cycles, so the collector could never free them anyway.
 ``Settler.held`` counts the events a member has come to hold and, every ``SETTLE_EVERY``
 of them, runs a full collection (of what is not settled yet: no cyclic garbage is kept)
 and moves everything the collector tracks into its permanent generation (``gc.freeze``),
-which later collections skip. A member loading its store settles once, after its first fold,
-so that the events and the tree it starts with are walked once, not by every collection the
-load and the fold set off (a start on 100k events: 1.3 s of collections before). The price: an object alive at a settle that later dies in a
+which later collections skip. A member loading a store of ``SETTLE_EVERY`` events or more
+settles once, after its first fold, so that the events and the tree it starts with are
+walked once, not by every collection the load and the fold set off (a start on 100k events:
+1.3 s of collections before). The price: an object alive at a settle that later dies in a
 reference cycle (a task, a connection) is never freed; settles are rare (a member at a
 plan's usual size, a few thousand events, never settles after its start), so that stays
 small. The freeze is the whole process's: in one that runs many members (the simulated
@@ -51,8 +52,10 @@ def settled() -> Iterator[None]:
     that builds its state once, reports it and exits (``swarm inspect``, ``replay``, a one-shot
     ``observe``). Each collection they set off walked what they made and freed nothing: a
     store of 100k events read back took 2.9 s with them, 2.0 s without, and a 100k-event
-    catch-up's main thread spent 1.4 of its CPU seconds collecting. A catch-up's cyclic
-    garbage (a network's tasks and streams) is still freed at each settle.
+    catch-up's main thread spent 1.4 of its CPU seconds collecting. Cyclic garbage made inside
+    (a network's tasks and streams, in a one-shot ``observe``) is freed only at a settle, or
+    once the block ends: a catch-up of fewer than ``SETTLE_EVERY`` events keeps its own (a few
+    hundred objects) until it exits.
 
     The collector's switch is the process's, and threads use this at once (the lab's recorder
     reads stores beside its main thread): the first to come in turns it off and the last to

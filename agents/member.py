@@ -167,8 +167,8 @@ class Member(MemberSync, MemberActing):
         self.store_thread = ThreadPoolExecutor(1, thread_name_prefix="store") if store_in_thread else None
         self._heap = Settler()
         self.stats = MemberStats(refused=store.counters().get("refused", 0))
-        # the events and the tree it starts with are walked once, by the settle after the fold,
-        # not by each collection the load and the fold would set off (``agents.heap``)
+        # no collection walks the events and the tree it starts with as they are made; with
+        # SETTLE_EVERY of them or more, the settle after the fold walks them once (``agents.heap``)
         with settled():
             self.index = EventIndex(store.events())
             # Restart safety: the clock starts after every event held (not only our own), and the

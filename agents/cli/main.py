@@ -68,14 +68,14 @@ PROGRESS_EVERY = 20_000
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    with settled():  # it reads, folds, prints and exits
+        return _replay(args)
+
+
+def _replay(args: argparse.Namespace) -> int:
     import structlog
 
     log = structlog.get_logger("swarm.replay")
-    with settled():  # it reads, folds, prints and exits
-        return _replay(args, log)
-
-
-def _replay(args: argparse.Namespace, log) -> int:
     events = []
     refused = 0
     for name in args.files:

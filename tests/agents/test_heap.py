@@ -109,7 +109,8 @@ def test_a_member_starting_on_its_store_collects_once_after_its_first_fold(store
             held = store.count()
             assert started[0].tree.events == held
             started[0].close()
-        assert ran == [2], "the settle's one full collection, and nothing the load or the fold set off"
+        # nothing before the settle's full collection; one young collection after it at most
+        assert ran[:1] == [2] and ran[1:] in ([], [0]), "nothing the load or the fold set off"
         assert gc.get_freeze_count() > 20 * held, "the events and the tree are settled"
     finally:
         gc.unfreeze()
