@@ -16,6 +16,12 @@ from agents.cli.errors import UsageError
 from agents.durable import replace_durably
 
 
+def always(_args: argparse.Namespace) -> bool:
+    """A parser's ``one_shot`` for a command that is one whatever its arguments
+    (``agents.cli.main.run_command``)."""
+    return True
+
+
 def majority_quorum(quorum: int | None, scorers: int, change: str) -> int:
     """The approving scorers a decision needs: ``quorum``, or a majority of ``scorers`` when it
     is None. Any two quorums must share a scorer, so anything but a majority is a usage error

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from agents import logs
-from agents.cli.common import majority_quorum, write_atomically, write_json
+from agents.cli.common import always, majority_quorum, write_atomically, write_json
 from agents.cli.common import positive as _positive
 from agents.cli.common import seconds as _seconds
 from agents.cli.errors import CommandError, UsageError
@@ -68,11 +68,6 @@ PROGRESS_EVERY = 20_000
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    with settled():  # it reads, folds, prints and exits
-        return _replay(args)
-
-
-def _replay(args: argparse.Namespace) -> int:
     import structlog
 
     log = structlog.get_logger("swarm.replay")
@@ -131,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="fold event files (any order, duplicates allowed) and print the tree")
     replay.add_argument("files", nargs="+", metavar="FILE", help="JSON-lines event files")
     replay.add_argument("--json", metavar="PLAN.json", help="write the plan as JSON here")
-    replay.set_defaults(run=cmd_replay)
+    replay.set_defaults(run=cmd_replay, one_shot=always)
 
     from agents.cli import admin, lab, model_service, network, observe, plan
 
@@ -150,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logs.configure(json_lines=True if args.log_json else None, level=args.log_level)
     try:
-        return int(args.run(args))
+        return run_command(args)
     except UsageError as exc:
         print(f"swarm {args.command}: {exc}", file=sys.stderr)
         return 2
@@ -159,6 +154,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed command. One that builds its state once, reports it and exits (its
+    parser's ``one_shot`` says so of these arguments: ``swarm inspect``, ``replay``, an
+    ``observe`` that only catches up) runs with no automatic collection (``agents.heap``):
+    what it makes is events, a tree and a report, none in a cycle."""
+    one_shot = getattr(args, "one_shot", None)
+    with settled() if one_shot is not None and one_shot(args) else contextlib.nullcontext():
+        return int(args.run(args))
 
 
 def run() -> NoReturn:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import trio
 
+from agents.cli.common import always
 from agents.cli.errors import CommandError
 from agents.cli.members import (
     add_network_options,
@@ -26,7 +27,6 @@ from agents.cli.members import (
     write_addrs,
 )
 from agents.core.fold import fold
-from agents.heap import settled
 from agents.member import Member
 from agents.metrics import parse_address
 from agents.narrate import Narrator
@@ -38,15 +38,8 @@ from agents.web.server import serve as serve_page
 
 
 def cmd_observe(args: argparse.Namespace) -> int:
-    web = parse_address(args.web) if args.web else None
-    if args.follow or args.until_complete or web is not None:
-        return _observe(args, web)
-    with settled():  # one-shot: it catches up, prints and exits
-        return _observe(args, web)
-
-
-def _observe(args: argparse.Namespace, web: tuple[str, int] | None) -> int:
     data_dir = Path(args.data_dir)
+    web = parse_address(args.web) if args.web else None
     creds, store = open_member(data_dir, "observer", args)
     network = network_for(creds, args)
     page_socket, token, standby = None, "", False
@@ -171,17 +164,21 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir)
     if not (data_dir / "events.sqlite3").exists():
         raise CommandError(f"{data_dir} holds no event store (events.sqlite3); is it a member's --data-dir?")
-    with settled():  # it reads, folds, prints and exits
-        try:
-            with EventStore.open(data_dir) as store:
-                tree = fold(store.events())
-                counters = store.counters()
-        except StoreError as exc:
-            raise CommandError(str(exc)) from None
-        by_rule = {name.split(":", 1)[1]: n for name, n in counters.items() if name.startswith("refused:")}
-        _emit(tree, args, refused=counters.get("refused", 0), by_rule=by_rule)
+    try:
+        with EventStore.open(data_dir) as store:
+            tree = fold(store.events())
+            counters = store.counters()
+    except StoreError as exc:
+        raise CommandError(str(exc)) from None
+    by_rule = {name.split(":", 1)[1]: n for name, n in counters.items() if name.startswith("refused:")}
+    _emit(tree, args, refused=counters.get("refused", 0), by_rule=by_rule)
     return 0
 
+
+
+def catches_up_only(args: argparse.Namespace) -> bool:
+    """Whether this ``swarm observe`` catches up, prints and exits (``run_command``'s one-shot)."""
+    return not (args.follow or args.until_complete or args.web)
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -195,9 +192,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                          "stopped, or until complete with --until-complete)")
     observe.add_argument("--data-dir", required=True, help="the observer's identity, ticket and what it learns")
     add_network_options(observe)
-    observe.set_defaults(run=cmd_observe)
+    observe.set_defaults(run=cmd_observe, one_shot=catches_up_only)
 
     inspect = sub.add_parser("inspect", help="print a member's tree and digest from its store, offline")
     inspect.add_argument("data_dir", metavar="DATA_DIR")
     inspect.add_argument("--json", metavar="FILE")
-    inspect.set_defaults(run=cmd_inspect)
+    inspect.set_defaults(run=cmd_inspect, one_shot=always)

@@ -3,9 +3,10 @@
 The run, Jepsen-style: bring up the cluster, submit the goal, play the fault
 timeline through the nemesis while a recorder (``chaos.lab.recorder``) samples
 every member's store (from the host) once a second, end every fault, wait for the
-plan to converge, then hand the history to the checkers. Everything is written under the report
-directory: ``report.json``, ``report.md``, ``report.html``, ``history.json`` (faults and digest
-samples), ``logs/NAME.log`` and each member's data directory.
+plan to converge, then hand the history to the checkers. Everything is written
+under the report directory: ``report.json``, ``report.md``, ``report.html``,
+``history.json`` (faults and digest samples), ``logs/NAME.log`` and each member's
+data directory.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agents import heap
-from agents.cli.main import build_parser
+from agents.cli.main import build_parser, run_command
 from agents.heap import SETTLE_EVERY, Settler, settled
 from agents.member import Member
 from agents.store import EventStore
@@ -120,6 +120,15 @@ def test_swarm_inspect_walks_what_it_read_once_at_most_and_leaves_the_collector_
                                                                                     capsys) -> None:
     args = build_parser().parse_args(["inspect", str(stored_plan)])
     codes: list[int] = []
-    assert collections_during(lambda: codes.append(args.run(args))) in ([], [0])
+    assert collections_during(lambda: codes.append(run_command(args))) in ([], [0])
     assert codes == [0] and "728 events" in capsys.readouterr().out
     assert gc.isenabled()
+
+
+def test_an_observe_that_only_catches_up_is_one_shot_and_one_that_stays_is_not() -> None:
+    parse = build_parser().parse_args
+    assert parse(["observe", "--data-dir", "d"]).one_shot(parse(["observe", "--data-dir", "d"]))
+    for staying in (["--follow"], ["--until-complete"], ["--web", "127.0.0.1:8080"]):
+        args = parse(["observe", "--data-dir", "d", *staying])
+        assert not args.one_shot(args), staying
+    assert not hasattr(parse(["agent", "--role", "scorer", "--data-dir", "d"]), "one_shot")
