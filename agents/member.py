@@ -21,7 +21,9 @@ here, or given back by a peer after a lost store) is committed durably before
 anything else happens to it, since nobody else may hold it and signing its seq
 again would fork the feed; and before the member shows a change of its tree (a
 split accepted, a leaf done: decisions are final) every commit so far is made
-durable. So is a goal: its client leaves once a member holds it. Other events
+durable. So is every goal it holds before it serves a summary (``swarm submit``'s
+client reads a goal listed there as held, and leaves): the fsync comes then, off the
+event loop, not at the goal's receipt. Other events
 from other authors are committed without waiting for an fsync (a killed process
 keeps them; a power cut may take the last few, which sync fetches again). An
 fsync per delivered event stalled the event loop for it (one member's profile,
@@ -158,6 +160,8 @@ class Member(MemberSync, MemberActing):
         self.clock = HybridClock(now_ms)
         self.intake = Intake(self.clock, credentials.gate)
         self._serving = 0  # sync streams being served now (MAX_SERVING at once)
+        # commits that stored a goal, and how many of them an fsync is known to cover
+        self.goals_stored = self.goals_synced = 0
         self.metrics: MemberMetrics | None = None  # set by ``swarm agent --metrics``
         self.author = (Author(identity, role, self.clock, credentials.ticket.sig)  # type: ignore[arg-type]
                        if role != "observer" else None)
@@ -235,12 +239,9 @@ class Member(MemberSync, MemberActing):
         return self._stored(events, added, via, refold)
 
     def _durable(self, events: list[Event]) -> bool:
-        """Whether storing ``events`` waits for the disk: when this member signed any of them, or
-        any is a goal. A goal's client leaves once a member holds it (``swarm submit``), so no
-        author keeps it running: held only in page caches, one power cut of the members' machines
-        would take the goal the user was told was submitted (the simulation's ``blackout``)."""
-        return any(event.kind == "goal" or (self.author is not None and event.author == self.me.peer_id)
-                   for event in events)
+        """Whether storing ``events`` waits for the disk: when this member signed any of them.
+        A goal from a client waits for its first served summary instead (``goals_on_disk``)."""
+        return self.author is not None and any(event.author == self.me.peer_id for event in events)
 
     def store_behind(self, events: list[Event]) -> Future[int]:
         """Start storing ``events`` on the store thread; ``written`` takes the answer. Until
@@ -276,6 +277,8 @@ class Member(MemberSync, MemberActing):
             if via == "sync":  # gossip had not brought it: the rotation stays quick a while
                 self.repaired_at = trio.current_time()
             self.index.add_all(events)
+            if any(event.kind == "goal" for event in events):
+                self.goals_stored += 1  # on the disk before a summary lists it: ``goals_on_disk``
             self._heap.held(added)
             if refold:
                 self._refold()

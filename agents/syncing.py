@@ -55,6 +55,7 @@ from agents.beats import Beats
 from agents.core.events import Event, EventRefused
 from agents.decoding import Decoded, FramePipeline
 from agents.net.base import FrameTooLarge, MeteredStream, PeerStream, StreamClosed
+from agents.store import DiskFailed
 from agents.syncproto import SyncProtocolError, SyncRefused, pull, serve_pull
 
 SYNC_INTERVAL = 3.0
@@ -68,7 +69,7 @@ REFUSED_QUIET = QUIET_SYNC_INTERVAL
 PULL_DEADLINE = 10.0  # a pull or serve that moves nothing this long is dropped (the dial counts)
 PULL_LIMIT = 300.0  # a whole pull or serve, however much it moves: a drip-feeding peer is cut too
 WEDGED_AFTER = PULL_DEADLINE + 2 * SYNC_INTERVAL  # a pull this long without progress ignored its cancellation
-STORE_EVERY = 4096  # synced events stored per transaction (a commit was an fsync, ~15 ms here, and is one still for own events and goals)
+STORE_EVERY = 4096  # synced events stored per transaction (a commit was an fsync, ~15 ms here, and is one still for own events)
 STORE_AFTER_S = 1.0  # and stored at least this often: other pulls leave what one holds to it
 OTHERS_MOVING_S = 1.0  # a pull ending while another moved this recently leaves the fold to it
 MAX_SERVING = 16  # sync streams served at once: each may hold one frame in reassembly
@@ -79,7 +80,8 @@ LATEST_WAKE = SYNC_INTERVAL * (1 + WAKE_JITTER)  # the longest the sync loop sle
 class MemberSync:
     """Sync for ``Member``: see the module's docstring. Its state (``_pulling``, ``_pull_done``,
     ``_sync_rounds``, ``_wedged``, ``_pull_after``, ``_ring_keys``, ``repaired_at``, ``store_refused_at``, ``_pull_wanted``,
-    ``_asked_pull``, ``_claims``, ``_fold_owed``, ``_ending``) is set by ``Member.__init__``."""
+    ``_asked_pull``, ``_claims``, ``_fold_owed``, ``_ending``, ``goals_stored``, ``goals_synced``) is set by
+    ``Member.__init__``."""
 
     async def _serve(self, stream: PeerStream) -> None:
         if self._serving >= MAX_SERVING:  # what peers can make us buffer stays bounded
@@ -96,7 +98,8 @@ class MemberSync:
                 def moved() -> None:
                     scope.deadline = min(started + PULL_LIMIT, trio.current_time() + PULL_DEADLINE)
 
-                await serve_pull(metered, self.index, self.credentials, on_need=moved)
+                await serve_pull(metered, self.index, self.credentials, on_need=moved,
+                                 before_offer=self.goals_on_disk)
             if scope.cancelled_caught:
                 self.stats.sync_timeouts += 1
                 self._log.warning("sync serve timed out", peer=stream.peer[-8:], deadline_s=PULL_DEADLINE,
@@ -112,10 +115,28 @@ class MemberSync:
             await stream.abort()
         except StreamClosed as exc:
             self._log.debug("sync serve ended", peer=stream.peer[-8:], reason=str(exc)[:200])
+        except DiskFailed as exc:  # no summary is sent; the member stops at its next write or fsync
+            self._log.error("sync serve ended: the goals it would list are not on the disk", error=str(exc)[:300])
+            await stream.abort()
         finally:
             self._serving -= 1
             self.stats.sync_bytes_in += metered.received
             self.stats.sync_bytes_out += metered.sent
+
+    async def goals_on_disk(self) -> None:
+        """Every goal this member holds on its disk, before it serves a summary that lists it:
+        ``swarm submit``'s client leaves once a summary lists its goal, and a goal held in page
+        caches only would be lost by one power cut of the members' machines (the simulation's
+        ``blackout``). One fsync covers every goal stored since the last; it runs off the event
+        loop (gossip's goals fsynced at their receipt held fifty members' loops up), and a goal
+        stored meanwhile makes another. A failing disk raises ``DiskFailed``."""
+        while self.goals_synced < self.goals_stored:
+            covered = self.goals_stored
+            if self.store_thread is None:  # the simulated world: no thread may run beside its clock
+                self.store.sync()
+            else:
+                await trio.to_thread.run_sync(self.store.sync)
+            self.goals_synced = max(self.goals_synced, covered)
 
     def peer_holds(self, peer: str, events: int) -> None:
         """``peer`` says (a believed status) that it holds ``events`` events: if that is more

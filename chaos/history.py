@@ -132,6 +132,9 @@ class History:
     show_within_s: float = 0.0
     admitted: set[str] | None = None  # every peer the cluster's authority admitted (hostile ones too)
     goal: str = ""  # the submitted goal's id: its client left once a member held it
+    # member -> when it told the goal's client it held the goal (its served summary listed it):
+    # from then on it must hold it across every restart (``durability``)
+    goal_held_by: dict[str, float] = field(default_factory=dict)
 
     def __getstate__(self) -> dict[str, object]:
         """What crosses a process boundary (a failing seed's history, for its report): the

@@ -85,7 +85,9 @@ def durability(history: History) -> Verdict:
     destroyed its store on purpose: then the others' copies bring it back, see honest_feeds),
     with one exception: a power cut may take events of *other* authors whose commit no fsync
     covered (their authors hold them durably, and sync brings them back); never one of its own,
-    which nobody else may hold, nor the goal, whose client has left. (What it showed before the
+    which nobody else may hold, nor the goal once it told the goal's client it held it
+    (``History.goal_held_by``): the client has left on its word (which holds until the nemesis
+    destroys the store it was given with). (What it showed before the
     cut is judged by no_revocation.)"""
     restarts = [(m, r) for m in history.members.values() for r in m.restarts]
     cut_away = 0
@@ -94,10 +96,13 @@ def durability(history: History) -> Verdict:
             continue
         authors = dict(zip(restart.lost, restart.lost_by, strict=False))  # the lab names no authors
         own = [i for i in restart.lost if authors.get(i) == member.peer]
-        if history.goal in restart.lost:
+        said_at = history.goal_held_by.get(member.name)
+        # its word holds until the nemesis destroys its store (what it held then is gone on purpose)
+        wiped = [r.at for r in member.restarts if r.fault and said_at is not None and said_at <= r.at < restart.at]
+        if history.goal in restart.lost and said_at is not None and said_at <= restart.at and not wiped:
             return Verdict("durability", "fail",
-                           f"{member.name} restarted at t={restart.at:.1f}s without the goal {history.goal[:8]}: "
-                           "its client left once a member held it, so a member must hold it on its disk")
+                           f"{member.name} restarted at t={restart.at:.1f}s without the goal {history.goal[:8]}, "
+                           f"which it told the goal's client it held at t={said_at:.1f}s: the client has left")
         if own or not restart.power_cut:
             what = (f"{len(own)} of its own events (they must be on the disk before they are sent)" if own
                     else f"{len(restart.lost)} of the {restart.held_before} events it held")

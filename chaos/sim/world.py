@@ -32,11 +32,13 @@ import trio.testing
 from agents.core.admission import Credentials, Gate, issue
 from agents.core.events import GoalBody
 from agents.member import Member
+from agents.net.base import StreamClosed
 from agents.store import EventStore
+from agents.syncproto import SyncProtocolError, SyncRefused, peek
 from chaos.history import History
 from chaos.sim.faults import FaultPlan, Step, draw_plan
 from chaos.sim.identities import EPOCH_MS, identity_for
-from chaos.sim.network import LinkWeather, SimFabric
+from chaos.sim.network import LinkWeather, SimFabric, SimNetwork
 from chaos.sim.slot import Slot
 
 GOAL = "Plan a two-week trip to Japan"
@@ -162,9 +164,10 @@ class World:
             self.history.members[slot.name] = slot.record
 
     async def _submit_goal(self) -> None:
-        """A client signs the goal, gossips it, and leaves once three members hold it
-        (``swarm submit`` waits for one; a member holds a goal on its disk, and three keep one
-        lost store from losing it)."""
+        """A client signs the goal, gossips it, and leaves once three members say they hold it,
+        asked as ``swarm submit`` asks (the summary a member serves: listed there, the goal is
+        on its disk; ``swarm submit`` waits for one, and three keep one lost store from losing
+        it). Who said so, and when, is in the history: ``durability`` holds them to it."""
         client_dir = self.scratch / "client"
         identity = identity_for(self.config.seed, "client", 0)
         store = EventStore.open(client_dir)
@@ -189,8 +192,11 @@ class World:
                         goal_id.append(event.id)
                         self.history.goal = event.id
                         task_status.started()
-                        while sum(1 for s in self.slots.values() if s.state == "up"
-                                  and event.id in s.member.index) < 3:  # type: ignore[union-attr]
+                        while len(self.history.goal_held_by) < 3:
+                            for slot in self.slots.values():
+                                if slot.state == "up" and slot.name not in self.history.goal_held_by \
+                                        and await self._holds(network, client, slot, event.id):
+                                    self.history.goal_held_by[slot.name] = round(self.now(), 3)
                             await trio.sleep(0.5)
                         self.say("client", "goal held by three members; leaving")
                         self.fabric.take_down(identity.peer_id)
@@ -199,6 +205,20 @@ class World:
                     store.close()
 
         await self.nursery.start(live)
+
+    @staticmethod
+    async def _holds(network: SimNetwork, client: Member, slot: Slot, goal: str) -> bool:
+        """Whether ``slot``'s member says it holds ``goal``: its served summary lists it."""
+        with trio.move_on_after(5):  # a paused member answers nothing
+            try:
+                stream = await network.open_stream(slot.identity.peer_id)
+                theirs = await peek(stream, client.index, client.credentials)
+                await stream.aclose()
+            except (StreamClosed, SyncRefused, SyncProtocolError):  # down, cut off, starting
+                return False
+            mine = theirs.authors.get(client.me.peer_id)
+            return mine is not None and mine.prefix_id == goal
+        return False
 
     async def _nemesis(self) -> None:
         for step in self.plan.steps:

@@ -3,10 +3,9 @@
 The failure is real to the process: a shim preloaded into it (``chaos/lab/disk.py``, the
 lab's own, built with the system's C compiler) makes libc's ``fsync`` and
 ``fdatasync`` fail with EIO, for SQLite and Python alike, from the moment a flag
-file exists. The member starts on a working disk and pulls the goal from one peer (a goal
-waits for the disk), the flag is set, then a peer holding a decided split comes up: the
-member pulls the split, is about to show it,
-and its fsync fails. It must stop with the store's message (no traceback), show
+file exists. The member starts on a working disk, its store holding the goal, and pulls a
+draft from one peer, the flag is set, then a peer holding a decided split comes up: the
+member pulls the split, is about to show it, and its fsync fails. It must stop with the store's message (no traceback), show
 nothing, and keep what it committed.
 """
 
@@ -51,6 +50,10 @@ def test_a_member_whose_disk_fails_while_it_runs_stops_shows_nothing_and_keeps_i
     with EventStore.open(holder.data_dir) as store:
         store.add_many(board.events)
     with EventStore.open(goal_holder.data_dir) as store:
+        store.add_many(board.events[:2])
+    # the goal on the disk while it works: else the summary the member serves the holder waits
+    # for the goal's fsync, which may fail first, and the member stops before it pulls the split
+    with EventStore.open(member.data_dir) as store:
         store.add_many(board.events[:1])
     flag = tmp_path / "disk-fails"
     log = member.data_dir / "agent.log"
@@ -62,9 +65,9 @@ def test_a_member_whose_disk_fails_while_it_runs_stops_shows_nothing_and_keeps_i
         # started: its addrs written (and that write's fsyncs done) before it says so
         _wait_for(lambda: "member running" in log.read_text() or member.process.poll() is not None,
                   "the member to start")
-        # the goal first, while the disk works: a batch with a goal waits for the disk
+        # a draft first, while the disk works (the store's log is begun on a working disk)
         start_agent(goal_holder, "observer", [member], cluster=CLUSTER)
-        _wait_for(lambda: '"synced"' in log.read_text() or member.process.poll() is not None, "the goal")
+        _wait_for(lambda: '"synced"' in log.read_text() or member.process.poll() is not None, "the draft")
         assert member.process.poll() is None, log.read_text()[-2000:]
         flag.touch()  # from now on its disk fails every fsync
         start_agent(holder, "observer", [member], cluster=CLUSTER)  # it dials the member at once

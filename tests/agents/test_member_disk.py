@@ -1,8 +1,8 @@
 """What a member's commits wait for: the disk, only where something depends on it.
 
 Its own events are fsynced before anything else happens to them (nobody else may hold
-them yet), and so are goals (their client leaves once a member holds one); others' events
-are committed without an fsync (a killed process keeps them;
+them yet); goals before a summary it serves lists them (their client leaves once a member
+says it holds one); others' events are committed without an fsync (a killed process keeps them;
 a power cut may take the last few, which their authors still hold) until the member
 is about to show a change of its tree, which is final: then everything is fsynced
 first. The simulation's store keeps its files as of its last fsync (what a power cut
@@ -25,11 +25,13 @@ import trio
 from agents.cli.errors import CommandError
 from agents.cli.members import run_member_loop, write_addrs
 from agents.core.events import Event, ProposalBody, Subgoal
+from agents.core.sync import EventIndex
 from agents.core.transitions import Transition
 from agents.llm.scripted import ScriptedBackend
 from agents.member import Member
 from agents.showlog import ShowLog
 from agents.store import DiskFailed, EventStore, StoreError
+from agents.syncproto import peek
 from chaos.sim.network import SimFabric, SimNetwork
 from chaos.sim.slot import SimStore, restore_image
 from tests.agents.test_rounds import Board
@@ -50,7 +52,9 @@ def test_own_events_wait_for_the_disk_and_others_wait_until_a_decision_rests_on_
     member = Member(credentials("disk/x", "decomposer"), store, network=None,  # type: ignore[arg-type]
                     think_in_thread=False, store_in_thread=False, now_ms=lambda: 10_000)
     try:
-        member._admit([board.goal], "gossip")  # a goal is held on the disk: its client leaves
+        member._admit([board.goal], "gossip")  # a goal waits for the disk once a summary is to list it
+        assert on_disk_after_a_power_cut(store, tmp_path / "cut") == set()
+        trio.run(member.goals_on_disk)
         assert on_disk_after_a_power_cut(store, tmp_path / "cut0") == {board.goal.id}
         heard = list(board.events)  # and two drafts: nothing shown
         member._admit(heard[1:], "gossip")
@@ -76,10 +80,10 @@ def test_own_events_wait_for_the_disk_and_others_wait_until_a_decision_rests_on_
         store.close()
 
 
-def test_a_goal_a_pull_brings_is_on_the_disk_once_it_is_held(tmp_path: Path) -> None:
+def test_a_goal_a_pull_brings_is_on_the_disk_once_a_summary_is_to_list_it(tmp_path: Path) -> None:
     """The pull's path: batches stored on the store thread (``store_behind``, then ``written``).
-    Drafts wait for no fsync; a batch with the goal does, before the goal is indexed (what a
-    summary, and so ``swarm submit``, reads as held)."""
+    Neither drafts nor the goal wait for an fsync; what a served summary waits for
+    (``goals_on_disk``, on a thread) does, and covers everything committed before it."""
     board = Board(tag="pullgoal")
     store = SimStore.open(tmp_path / "member")
     member = Member(credentials("pullgoal/x", "observer"), store, network=None,  # type: ignore[arg-type]
@@ -91,14 +95,56 @@ def test_a_goal_a_pull_brings_is_on_the_disk_once_it_is_held(tmp_path: Path) -> 
         assert on_disk_after_a_power_cut(store, tmp_path / "cut1") == set()
         member.written([board.goal], member.store_behind([board.goal]), "sync")
         assert board.goal.id in member.index
+        assert on_disk_after_a_power_cut(store, tmp_path / "cut2") == set()
+        await member.goals_on_disk()
         # the goal's fsync covers the log, the drafts committed before it included
-        assert on_disk_after_a_power_cut(store, tmp_path / "cut2") == {e.id for e in board.events}
+        assert on_disk_after_a_power_cut(store, tmp_path / "cut3") == {e.id for e in board.events}
 
     try:
         trio.run(pull)
     finally:
         member.close()
         store.close()
+
+
+def test_a_served_summary_lists_a_goal_only_once_it_is_on_the_disk(tmp_path: Path) -> None:
+    """``swarm submit``'s question, asked over the simulated network of a member that got the
+    goal by gossip (a commit that waited for no fsync): the summary it serves, which the client
+    reads as held before it leaves, comes only once the goal is on the disk."""
+    board = Board(tag="ackgoal")
+    store = SimStore.open(tmp_path / "member")
+    me, asker = credentials("ackgoal/x", "observer"), credentials("ackgoal/client", "client")
+    seen: dict[str, object] = {}
+    started: list[Member] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            fabric = SimFabric(random.Random(0), nursery)
+            network = SimNetwork(fabric, me.identity.peer_id)
+            member = Member(me, store, network, think_in_thread=False, now_ms=lambda: 10_000)
+            started.append(member)
+            network.attach(nursery)
+            await nursery.start(member.run)
+            client = fabric.endpoint(asker.identity.peer_id)
+            fabric.bring_up(network)
+            fabric.bring_up(client)
+            member._admit([board.goal], "gossip")
+            seen["before"] = on_disk_after_a_power_cut(store, tmp_path / "cut0")
+            stream = await client.open_stream(me.identity.peer_id)
+            theirs = await peek(stream, EventIndex(), asker)
+            seen["listed"] = theirs.authors[board.goal.author].prefix_id
+            seen["after"] = on_disk_after_a_power_cut(store, tmp_path / "cut1")
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)  # the real clock: a mock one would jump past every deadline while the fsync's thread runs
+    finally:
+        for member in started:
+            member.close()
+        store.close()
+    assert seen["before"] == set(), "the goal's commit waited for the disk on the event loop"
+    assert seen["listed"] == board.goal.id
+    assert seen["after"] == {board.goal.id}, "a summary listed the goal before it was on the disk"
 
 
 def test_a_failed_fsync_stops_the_member_before_it_shows_what_rests_on_it(tmp_path: Path, monkeypatch) -> None:
@@ -187,8 +233,8 @@ def test_an_own_event_a_failing_disk_may_hold_is_never_signed_over(tmp_path: Pat
 def _scorer_with_a_draft(nursery: trio.Nursery, board: Board, me, tag: str, store: EventStore,
                          backend: ScriptedBackend) -> Member:
     """Scorer ``me`` of ``board`` (tagged ``tag``), ready to sign, the board's events delivered
-    to it: it will vote on the draft once it runs. The goal is stored at once (its commit waits
-    for the disk, which the test is about to fail), the rest when it runs."""
+    to it: it will vote on the draft once it runs. The goal is stored at once, the rest when it
+    runs."""
     network = SimNetwork(SimFabric(random.Random(0), nursery), me.peer_id)
     member = Member(credentials(f"{tag}/s{board.scorers.index(me)}", "scorer"), store, network, backend=backend,
                     think_in_thread=False, now_ms=lambda: 150, new_key=True)
