@@ -162,6 +162,8 @@ class Member(MemberSync, MemberActing):
         self._serving = 0  # sync streams being served now (MAX_SERVING at once)
         # commits that stored a goal, and how many of them an fsync is known to cover
         self.goals_stored = self.goals_synced = 0
+        self.disk_failure: DiskFailed | None = None  # met in a served pull: the member stops
+        self._disk_failed = trio.Event()
         self.metrics: MemberMetrics | None = None  # set by ``swarm agent --metrics``
         self.author = (Author(identity, role, self.clock, credentials.ticket.sig)  # type: ignore[arg-type]
                        if role != "observer" else None)
@@ -447,6 +449,7 @@ class Member(MemberSync, MemberActing):
             nursery.start_soon(self._connection_loop, nursery)
             nursery.start_soon(self._sync_loop, nursery)
             nursery.start_soon(self._release_loop)
+            nursery.start_soon(self._until_the_disk_fails)
             if self.role not in ("observer", "client"):
                 nursery.start_soon(self._act_loop, nursery)
             if self.metrics is not None:

@@ -124,6 +124,7 @@ class EventStore:
         # earlier process's commits may be in the page cache only (it was killed): a member
         # syncs before its first fold shows them (a reader of the store need not)
         self.unsynced = True
+        self._commits = 0  # commits so far: a sync clears ``unsynced`` only when none came while it ran
         self._wal_entry: int | None = None  # the log (inode) whose directory entry was fsynced
         # the disk's first failure: every write and sync after it is refused with it, or a later
         # fsync (a new descriptor, which never hears of an error reported on another) would
@@ -239,6 +240,7 @@ class EventStore:
                     self._fsync_log()  # nothing new written: SQLite had nothing to fsync
                 elif added:
                     self.unsynced = True
+                    self._commits += 1
             except sqlite3.OperationalError as exc:
                 if _disk_error(exc):
                     raise self._write_failed(exc) from None
@@ -251,11 +253,15 @@ class EventStore:
     def sync(self) -> None:
         """Make every commit so far durable (an fsync of the write-ahead log, which holds every
         commit not yet copied into the database, whose copies are fsynced by SQLite itself).
-        Nothing to do when no commit came since the last."""
+        Nothing to do when no commit came since the last. The fsync runs outside the store's
+        lock: a commit on another thread (the event loop's, while this runs on a thread) does not
+        wait for the disk; what it wrote may or may not be covered, so ``unsynced`` stays set."""
         with self._lock:
             self._refuse_if_failed()
-            if self.unsynced:
-                self._fsync_log()
+            if not self.unsynced:
+                return
+            commits = self._commits
+        self._fsync_log(commits)
 
     def _refuse_if_failed(self) -> None:
         if self.failed is not None:
@@ -271,13 +277,16 @@ class EventStore:
                              "sign or show anything resting on it: check the disk, then restart the member (what "
                              "reached the disk is kept; sync fetches the rest again)")
 
-    def _fsync_log(self) -> None:
+    def _fsync_log(self, commits: int | None = None) -> None:
+        """Fsync the log. ``commits``: the commit count when the caller let go of the lock (all
+        those are covered; ``unsynced`` is cleared only if no other came meanwhile); ``None``:
+        called under the lock, where none can come."""
         self._refuse_if_failed()
         wal = self.path.with_name(self.path.name + "-wal")
         try:
             descriptor = os.open(wal, os.O_RDONLY)
         except FileNotFoundError:  # checkpointed and removed: everything is in the database
-            self._synced()
+            self._covered(commits)
             return
         try:
             os.fsync(descriptor)
@@ -286,13 +295,20 @@ class EventStore:
                 sync_directory(self.path.parent)  # once the directory is (``agents.durable``)
                 self._wal_entry = entry
         except OSError as exc:
-            raise self._failing(f"cannot flush {wal} to its disk: {exc.strerror}; the member stops rather than "
-                             "show what may not be on the disk (an fsync that failed once may not be retried): "
-                             "restart it once the disk works; what it committed is kept, and events a failing "
-                             "disk lost are fetched again by sync") from None
+            with self._lock:
+                raise self._failing(f"cannot flush {wal} to its disk: {exc.strerror}; the member stops rather "
+                                    "than show what may not be on the disk (an fsync that failed once may not be "
+                                    "retried): restart it once the disk works; what it committed is kept, and "
+                                    "events a failing disk lost are fetched again by sync") from None
         finally:
             os.close(descriptor)
-        self._synced()
+        self._covered(commits)
+
+    def _covered(self, commits: int | None) -> None:
+        with self._lock:
+            self._refuse_if_failed()  # another thread's fsync failed meanwhile: this one proves nothing
+            if commits is None or commits == self._commits:
+                self._synced()
 
     def _synced(self) -> None:
         """Every commit so far is on the disk (a subclass may record what the disk holds)."""

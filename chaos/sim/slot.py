@@ -48,10 +48,10 @@ class SimStore(EventStore):
             raise self._failing(f"the disk under {self.path} failed an fsync (simulated); the member stops")
         return super().add_many(events, durable)
 
-    def _fsync_log(self) -> None:
+    def _fsync_log(self, commits: int | None = None) -> None:
         if self.failing:
             raise self._failing(f"cannot flush the log of {self.path} to its disk (simulated); the member stops")
-        super()._fsync_log()
+        super()._fsync_log(commits)
 
     def _synced(self) -> None:
         super()._synced()

@@ -52,7 +52,7 @@ def test_a_member_whose_disk_fails_while_it_runs_stops_shows_nothing_and_keeps_i
     with EventStore.open(goal_holder.data_dir) as store:
         store.add_many(board.events[:2])
     # the goal on the disk while it works: else the summary the member serves the holder waits
-    # for the goal's fsync, which may fail first, and the member stops before it pulls the split
+    # for the goal's fsync, which may fail first, and the member stops before it stores the split
     with EventStore.open(member.data_dir) as store:
         store.add_many(board.events[:1])
     flag = tmp_path / "disk-fails"

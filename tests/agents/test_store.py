@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 
 import pytest
 
@@ -148,6 +149,41 @@ def test_a_commit_waits_for_the_disk_only_when_asked_and_sync_makes_the_rest_dur
         store.add_many(third)  # durable: with it every commit before
         assert not store.unsynced
         assert after_power_cut(store, "cut3") == {e.id for e in first + second + third}
+
+
+def test_a_commit_does_not_wait_for_a_sync_running_on_another_thread(tmp_path, plan_events, monkeypatch) -> None:
+    """A member syncs on a thread before it serves a summary while its event loop commits what
+    gossip brings: the commit goes on while the fsync runs (it waited for the whole fsync on
+    the store's lock, the event loop with it), and the sync leaves ``unsynced`` set, since the
+    commit made meanwhile may or may not be covered; the next sync covers it."""
+    import agents.store.sqlite as store_module
+
+    real = store_module.os.fsync
+    entered, release = threading.Event(), threading.Event()
+
+    def held_up(descriptor: int) -> None:
+        entered.set()
+        release.wait(30)
+        real(descriptor)
+
+    store = EventStore.open(tmp_path)
+    store.add_many(plan_events[:5], durable=False)
+    monkeypatch.setattr(store_module.os, "fsync", held_up)
+    syncing = threading.Thread(target=store.sync)
+    syncing.start()
+    assert entered.wait(30)
+    committing = threading.Thread(target=store.add_many, args=(plan_events[5:10], False))
+    committing.start()
+    committing.join(10)  # at once, unless it waits for the fsync held up
+    waited = committing.is_alive()
+    release.set()
+    syncing.join()
+    committing.join()
+    assert not waited, "a commit waited for a sync running on another thread"
+    assert store.unsynced and store.count() == 10
+    store.sync()
+    assert not store.unsynced
+    store.close()
 
 
 def test_a_durable_commit_that_adds_nothing_still_fsyncs_what_came_before(tmp_path, plan_events, monkeypatch) -> None:
