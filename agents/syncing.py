@@ -118,9 +118,9 @@ class MemberSync:
             self._log.debug("sync serve ended", peer=stream.peer[-8:], reason=str(exc)[:200])
         except DiskFailed as exc:  # no summary is sent, and the member stops (``_until_the_disk_fails``)
             self._log.error("sync serve ended: the goals it would list are not on the disk", error=str(exc)[:300])
-            await stream.abort()
             self.disk_failure = exc
             self._disk_failed.set()
+            await stream.abort()
         finally:
             self._serving -= 1
             self.stats.sync_bytes_in += metered.received

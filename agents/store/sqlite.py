@@ -29,6 +29,7 @@ Schema changes are numbered migrations applied in order and recorded in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -118,6 +119,9 @@ class EventStore:
         self._db = connection
         self.path = path
         self._lock = threading.RLock()  # the event loop and the store thread share ``_db``
+        # held from an fsync to recording what it found (taken before ``_lock``): a commit does not
+        # wait for it, but another fsync does (see ``failed``)
+        self._fsync_lock = threading.RLock()
         self._rows_per_insert = min(ROWS_PER_INSERT, connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 7)
         self._level = NORMAL  # the connection's ``synchronous`` level now
         # a commit since the last fsync of the log, which a power cut may take; at first, an
@@ -218,7 +222,8 @@ class EventStore:
         ]
         if not rows:
             return 0
-        with self._lock:  # a failure is recorded before another thread may sync
+        # a failure is recorded before another thread may sync
+        with self._fsync_lock if durable else contextlib.nullcontext(), self._lock:
             self._refuse_if_failed()
             try:
                 self._set_level(FULL if durable else NORMAL)
@@ -255,13 +260,16 @@ class EventStore:
         commit not yet copied into the database, whose copies are fsynced by SQLite itself).
         Nothing to do when no commit came since the last. The fsync runs outside the store's
         lock: a commit on another thread (the event loop's, while this runs on a thread) does not
-        wait for the disk; what it wrote may or may not be covered, so ``unsynced`` stays set."""
-        with self._lock:
-            self._refuse_if_failed()
-            if not self.unsynced:
-                return
-            commits = self._commits
-        self._fsync_log(commits)
+        wait for the disk; what it wrote may or may not be covered, so ``unsynced`` stays set.
+        Another fsync waits (``_fsync_lock``): one that failed is recorded before the next
+        starts, which would not hear of it."""
+        with self._fsync_lock:
+            with self._lock:
+                self._refuse_if_failed()
+                if not self.unsynced:
+                    return
+                commits = self._commits
+            self._fsync_log(commits)
 
     def _refuse_if_failed(self) -> None:
         if self.failed is not None:
@@ -278,9 +286,9 @@ class EventStore:
                              "reached the disk is kept; sync fetches the rest again)")
 
     def _fsync_log(self, commits: int | None = None) -> None:
-        """Fsync the log. ``commits``: the commit count when the caller let go of the lock (all
-        those are covered; ``unsynced`` is cleared only if no other came meanwhile); ``None``:
-        called under the lock, where none can come."""
+        """Fsync the log, holding ``_fsync_lock``. ``commits``: the commit count when the caller
+        let go of ``_lock`` (all those are covered; ``unsynced`` is cleared only if no other came
+        meanwhile); ``None``: called under ``_lock``, where none can come."""
         self._refuse_if_failed()
         wal = self.path.with_name(self.path.name + "-wal")
         try:

@@ -50,7 +50,8 @@ class SimStore(EventStore):
 
     def _fsync_log(self, commits: int | None = None) -> None:
         if self.failing:
-            raise self._failing(f"cannot flush the log of {self.path} to its disk (simulated); the member stops")
+            with self._lock:
+                raise self._failing(f"cannot flush the log of {self.path} to its disk (simulated); the member stops")
         super()._fsync_log(commits)
 
     def _synced(self) -> None:

@@ -92,7 +92,8 @@ def test_a_goal_stored_while_a_summary_waits_for_the_disk_waits_with_it(tmp_path
     def held_up(commits: int | None = None) -> None:
         if not release.is_set():
             entered.set()
-            release.wait(30)
+            if not release.wait(30):
+                seen["timed out"] = True  # the event loop never came to release it: it waited on the store
         fsync_log(commits)
 
     seen: dict[str, object] = {}
@@ -111,7 +112,7 @@ def test_a_goal_stored_while_a_summary_waits_for_the_disk_waits_with_it(tmp_path
 
             async with trio.open_nursery() as asking:
                 asking.start_soon(ask)
-                await trio.to_thread.run_sync(entered.wait, 30)  # the summary's fsync is running
+                assert await trio.to_thread.run_sync(entered.wait, 30)  # the summary's fsync is running
                 member._admit([second], "gossip")
                 seen["stored"] = second.id in member.index
                 release.set()
@@ -123,6 +124,7 @@ def test_a_goal_stored_while_a_summary_waits_for_the_disk_waits_with_it(tmp_path
         for member in started:
             member.close()
         store.close()
+    assert "timed out" not in seen, "storing the second goal waited for the fsync"
     assert seen["stored"] and seen["listed"] == second.id
     assert seen["after"] == {first.id, second.id}, "a summary listed a goal stored during its fsync, not on the disk"
 

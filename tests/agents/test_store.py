@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from agents.core.fold import fold
-from agents.store import EventStore, StoreError
+from agents.store import DiskFailed, EventStore, StoreError
 from chaos.sim.plan import simulate_plan
 from chaos.sim.world import SimConfig
 
@@ -183,6 +183,50 @@ def test_a_commit_does_not_wait_for_a_sync_running_on_another_thread(tmp_path, p
     assert store.unsynced and store.count() == 10
     store.sync()
     assert not store.unsynced
+    store.close()
+
+
+def test_an_fsync_that_failed_on_one_thread_fails_the_next_on_another(tmp_path, plan_events, monkeypatch) -> None:
+    """An fsync error is told once, to descriptors open when it happened: a sync opening the log
+    after another's fsync failed would pass, and take its commits for durable. So the first
+    failure is recorded before another fsync starts, however slowly its thread gets to it."""
+    import errno
+
+    import agents.store.sqlite as store_module
+
+    real = store_module.os.fsync
+    failing, release = threading.Event(), threading.Event()
+
+    def fails_once(descriptor: int) -> None:
+        if not failing.is_set():
+            failing.set()
+            release.wait(30)  # failed, not yet recorded
+            raise OSError(errno.EIO, "Input/output error")
+        real(descriptor)
+
+    store = EventStore.open(tmp_path)
+    store.add_many(plan_events[:5], durable=False)
+    monkeypatch.setattr(store_module.os, "fsync", fails_once)
+    outcomes: dict[str, BaseException | None] = {}
+
+    def sync(name: str) -> None:
+        try:
+            store.sync()
+            outcomes[name] = None
+        except DiskFailed as exc:
+            outcomes[name] = exc
+
+    first = threading.Thread(target=sync, args=("first",))
+    first.start()
+    assert failing.wait(30)
+    second = threading.Thread(target=sync, args=("second",))
+    second.start()
+    second.join(2)  # (were it to fsync now, it would be done by then)
+    release.set()
+    first.join()
+    second.join()
+    assert isinstance(outcomes["first"], DiskFailed)
+    assert isinstance(outcomes["second"], DiskFailed), "a sync after a failed fsync passed"
     store.close()
 
 
