@@ -162,8 +162,7 @@ class Member(MemberSync, MemberActing):
         self._serving = 0  # sync streams being served now (MAX_SERVING at once)
         # commits that stored a goal, and how many of them an fsync is known to cover
         self.goals_stored = self.goals_synced = 0
-        self.disk_failure: DiskFailed | None = None  # met in a served pull: the member stops
-        self._disk_failed = trio.Event()
+        self._disk_failed = trio.Event()  # in a served pull (``store.failed`` says how): the member stops
         self.metrics: MemberMetrics | None = None  # set by ``swarm agent --metrics``
         self.author = (Author(identity, role, self.clock, credentials.ticket.sig)  # type: ignore[arg-type]
                        if role != "observer" else None)

@@ -80,9 +80,8 @@ LATEST_WAKE = SYNC_INTERVAL * (1 + WAKE_JITTER)  # the longest the sync loop sle
 class MemberSync:
     """Sync for ``Member``: see the module's docstring. Its state (``_pulling``, ``_pull_done``,
     ``_sync_rounds``, ``_wedged``, ``_pull_after``, ``_ring_keys``, ``repaired_at``, ``store_refused_at``, ``_pull_wanted``,
-    ``_asked_pull``, ``_claims``, ``_fold_owed``, ``_ending``, ``goals_stored``, ``goals_synced``, ``disk_failure``,
-    ``_disk_failed``) is set by
-    ``Member.__init__``."""
+    ``_asked_pull``, ``_claims``, ``_fold_owed``, ``_ending``, ``goals_stored``, ``goals_synced``,
+    ``_disk_failed``) is set by ``Member.__init__``."""
 
     async def _serve(self, stream: PeerStream) -> None:
         if self._serving >= MAX_SERVING:  # what peers can make us buffer stays bounded
@@ -118,7 +117,6 @@ class MemberSync:
             self._log.debug("sync serve ended", peer=stream.peer[-8:], reason=str(exc)[:200])
         except DiskFailed as exc:  # no summary is sent, and the member stops (``_until_the_disk_fails``)
             self._log.error("sync serve ended: the goals it would list are not on the disk", error=str(exc)[:300])
-            self.disk_failure = exc
             self._disk_failed.set()
             await stream.abort()
         finally:
@@ -130,8 +128,8 @@ class MemberSync:
         """A failing disk met in a served pull ends the member as one met in its own tasks does
         (the network runs the serve, and keeps a handler's error from ending anything)."""
         await self._disk_failed.wait()
-        assert self.disk_failure is not None
-        raise self.disk_failure
+        assert self.store.failed is not None, "a disk failure the store did not record"
+        raise self.store.failed
 
     async def goals_on_disk(self) -> None:
         """Every goal this member holds on its disk, before it serves a summary that lists it:

@@ -137,8 +137,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
                         except Exception as exc:  # the peer may be starting up; try again
                             log.debug("ack check failed", peer=peer, error=repr(exc)[:100])
                             continue
-                        mine = theirs.authors.get(creds.identity.peer_id)
-                        if mine is not None and mine.prefix_id == goal.id:
+                        if theirs.holds_through(goal):
                             outcome["acked"] = peer
                             break
                     await trio.sleep(0.3)

@@ -52,6 +52,12 @@ class AuthorSummary:
 class Summary:
     authors: dict[str, AuthorSummary]
 
+    def holds_through(self, event: Event) -> bool:
+        """Whether the feed of ``event``'s author is held gap-free up to ``event`` (and no
+        further): what ``swarm submit`` reads, in a summary a member served, as its goal held."""
+        mine = self.authors.get(event.author)
+        return mine is not None and mine.prefix_id == event.id
+
 
 @dataclass(frozen=True)
 class AuthorOffer:

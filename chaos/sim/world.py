@@ -30,7 +30,7 @@ import trio
 import trio.testing
 
 from agents.core.admission import Credentials, Gate, issue
-from agents.core.events import GoalBody
+from agents.core.events import Event, GoalBody
 from agents.member import Member
 from agents.net.base import StreamClosed
 from agents.store import EventStore
@@ -195,7 +195,7 @@ class World:
                         while len(self.history.goal_held_by) < 3:
                             for slot in self.slots.values():
                                 if slot.state == "up" and slot.name not in self.history.goal_held_by \
-                                        and await self._holds(network, client, slot, event.id):
+                                        and await self._holds(network, client, slot, event):
                                     self.history.goal_held_by[slot.name] = round(self.now(), 3)
                             await trio.sleep(0.5)
                         self.say("client", "goal held by three members; leaving")
@@ -207,7 +207,7 @@ class World:
         await self.nursery.start(live)
 
     @staticmethod
-    async def _holds(network: SimNetwork, client: Member, slot: Slot, goal: str) -> bool:
+    async def _holds(network: SimNetwork, client: Member, slot: Slot, goal: Event) -> bool:
         """Whether ``slot``'s member says it holds ``goal``: its served summary lists it."""
         with trio.move_on_after(5):  # a paused member answers nothing
             try:
@@ -216,8 +216,7 @@ class World:
                 await stream.aclose()
             except (StreamClosed, SyncRefused, SyncProtocolError):  # down, cut off, starting
                 return False
-            mine = theirs.authors.get(client.me.peer_id)
-            return mine is not None and mine.prefix_id == goal
+            return theirs.holds_through(goal)
         return False
 
     async def _nemesis(self) -> None:

@@ -9,8 +9,10 @@ planted page-cache goal in ``tests/chaos/test_planted_bugs.py``.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,15 +49,22 @@ def test_a_served_summary_lists_a_goal_only_once_it_is_on_the_disk(tmp_path: Pat
             seen["after"] = on_disk_after_a_power_cut(store, tmp_path / "cut1")
             nursery.cancel_scope.cancel()
 
-    try:
+    with _closed(started, store):
         trio.run(main)  # the real clock: a mock one would jump past every deadline while the fsync's thread runs
+    assert seen["before"] == set(), "the goal's commit waited for the disk on the event loop"
+    assert seen["listed"] == board.goal.id
+    assert seen["after"] == {board.goal.id}, "a summary listed the goal before it was on the disk"
+
+
+@contextlib.contextmanager
+def _closed(started: list[Member], store: SimStore) -> Iterator[None]:
+    """The members a test started on ``store``, and the store, closed however the test ends."""
+    try:
+        yield
     finally:
         for member in started:
             member.close()
         store.close()
-    assert seen["before"] == set(), "the goal's commit waited for the disk on the event loop"
-    assert seen["listed"] == board.goal.id
-    assert seen["after"] == {board.goal.id}, "a summary listed the goal before it was on the disk"
 
 
 async def _member_and_asker(nursery: trio.Nursery, store: SimStore, tag: str) -> tuple[Member, SimNetwork]:
@@ -118,12 +127,8 @@ def test_a_goal_stored_while_a_summary_waits_for_the_disk_waits_with_it(tmp_path
                 release.set()
             nursery.cancel_scope.cancel()
 
-    try:
+    with _closed(started, store):
         trio.run(main)
-    finally:
-        for member in started:
-            member.close()
-        store.close()
     assert "timed out" not in seen, "storing the second goal waited for the fsync"
     assert seen["stored"] and seen["listed"] == second.id
     assert seen["after"] == {first.id, second.id}, "a summary listed a goal stored during its fsync, not on the disk"
@@ -151,12 +156,7 @@ def test_a_member_whose_disk_fails_the_fsync_a_summary_waits_for_stops(tmp_path:
                     seen["answered"] = False
                 await trio.sleep_forever()  # until the member's failure ends the nursery
 
-    try:
-        with pytest.raises(BaseExceptionGroup) as ended:
-            trio.run(main)
-    finally:
-        for member in started:
-            member.close()
-        store.close()
+    with _closed(started, store), pytest.raises(BaseExceptionGroup) as ended:
+        trio.run(main)
     assert seen == {"answered": False}
     assert ended.group_contains(DiskFailed, match="cannot flush"), ended.value
