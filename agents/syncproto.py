@@ -51,7 +51,8 @@ offering no ids. Skipping seqs it holds is no option: a puller cannot tell that 
 event at a seq is the server's without the server's id, and a fork's other branch
 skipped would stay unseen for good.
 The first offer also carries the server's summary, which ``swarm submit`` uses to see
-that a peer holds its goal (and so is a promise: ``serve_pull``'s ``before_offer``). Messages are strict (``agents.syncwire``): a decode
+that a peer holds its goal (and so is a promise to a client: ``serve_pull``'s
+``before_offer``). Messages are strict (``agents.syncwire``): a decode
 error says what was expected and what came.
 """
 
@@ -142,19 +143,19 @@ def _answer(index: EventIndex, need: Need) -> dict[str, Any]:
 
 async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials,
                      on_need: Callable[[], None] = lambda: None,
-                     before_offer: Callable[[], Awaitable[None]] | None = None) -> int:
+                     before_offer: Callable[[str], Awaitable[None]] | None = None) -> int:
     """Answer one peer's pull from our events. Returns how many events we sent.
     ``on_need`` is told of each need answered with at least one event, and of each offer page
     sent on ``next`` (the caller's deadline counts from the last). ``before_offer`` is awaited
-    once the peer is known to be ours, and the summary is read from ``index`` right after it
-    with no wait between: the summary is a promise (``swarm submit`` reads a goal it lists as
-    held), and ``Member`` makes what it promises durable there."""
+    with the puller's role once its ticket admits it, and the summary is read from ``index``
+    right after it with no wait between: the summary is a promise to a client (``swarm
+    submit`` reads a goal it lists as held), and ``Member`` makes what it promises durable there."""
     hello = await _receive(stream, "summary")
     if hello.get("cluster") != me.cluster:
         raise SyncRefused(f"peer is in cluster {hello.get('cluster')!r}, we are in {me.cluster!r}")
-    check_ticket(hello, stream, me)
+    role = check_ticket(hello, stream, me)
     if before_offer is not None:
-        await before_offer()
+        await before_offer(role)
     pages = offer_pages(index.offer_for(summary_from(hello.get("authors"))))
     await stream.send(encode_message({
         "type": "offer",

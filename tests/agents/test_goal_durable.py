@@ -56,6 +56,30 @@ def test_a_served_summary_lists_a_goal_only_once_it_is_on_the_disk(tmp_path: Pat
     assert seen["after"] == {board.goal.id}, "a summary listed the goal before it was on the disk"
 
 
+def test_a_summary_served_to_a_member_waits_for_no_disk(tmp_path: Path) -> None:
+    """A member's pull repairs what gossip lost and reads no promise in the summary: it is
+    served at once, the goal it lists still in page caches only (fifty members' repairs that
+    each waited for an fsync of one disk missed the propagation benchmark's window)."""
+    board = Board(tag="memberask")
+    store = SimStore.open(tmp_path / "member")
+    seen: dict[str, object] = {}
+    started: list[Member] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            member, asker = await _member_and_asker(nursery, store, "memberask", role="scorer")
+            started.append(member)
+            member._admit([board.goal], "gossip")
+            seen["listed"] = (await _asks(asker, member, "memberask", role="scorer")).authors[board.goal.author].prefix_id
+            seen["after"] = on_disk_after_a_power_cut(store, tmp_path / "cut")
+            nursery.cancel_scope.cancel()
+
+    with _closed(started, store):
+        trio.run(main)
+    assert seen["listed"] == board.goal.id
+    assert seen["after"] == set(), "a summary served to a member waited for the goal's fsync"
+
+
 @contextlib.contextmanager
 def _closed(started: list[Member], store: SimStore) -> Iterator[None]:
     """The members a test started on ``store``, and the store, closed however the test ends."""
@@ -67,7 +91,8 @@ def _closed(started: list[Member], store: SimStore) -> Iterator[None]:
         store.close()
 
 
-async def _member_and_asker(nursery: trio.Nursery, store: SimStore, tag: str) -> tuple[Member, SimNetwork]:
+async def _member_and_asker(nursery: trio.Nursery, store: SimStore, tag: str,
+                            role: str = "client") -> tuple[Member, SimNetwork]:
     """An observer on ``store``, running, and an endpoint beside it that asks as ``swarm
     submit`` does (``_asks``), both up on one simulated network."""
     fabric = SimFabric(random.Random(0), nursery)
@@ -76,15 +101,15 @@ async def _member_and_asker(nursery: trio.Nursery, store: SimStore, tag: str) ->
     member = Member(me, store, network, think_in_thread=False, now_ms=lambda: 10_000)
     network.attach(nursery)
     await nursery.start(member.run)
-    asker = fabric.endpoint(credentials(f"{tag}/asker", "client").identity.peer_id)
+    asker = fabric.endpoint(credentials(f"{tag}/asker", role).identity.peer_id)
     fabric.bring_up(network)
     fabric.bring_up(asker)
     return member, asker
 
 
-async def _asks(asker: SimNetwork, member: Member, tag: str) -> Summary:
+async def _asks(asker: SimNetwork, member: Member, tag: str, role: str = "client") -> Summary:
     stream = await asker.open_stream(member.me.peer_id)
-    return await peek(stream, EventIndex(), credentials(f"{tag}/asker", "client"))
+    return await peek(stream, EventIndex(), credentials(f"{tag}/asker", role))
 
 
 def test_a_goal_stored_while_a_summary_waits_for_the_disk_waits_with_it(tmp_path: Path) -> None:
