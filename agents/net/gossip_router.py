@@ -50,6 +50,7 @@ minute and only for a poor mesh) is left on: with it off, the 30-member containe
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 from libp2p.peer.id import ID
@@ -110,6 +111,34 @@ class Router(GossipSub):
                 self._add_back_off(peer, topic, False)
         return to_graft, to_prune
 
+    def gossip_heartbeat(self) -> defaultdict[ID, dict[str, list[bytes]]]:
+        """py-libp2p's IHAVE gossip (the window's ids to ``Dlazy`` random subscribed peers
+        outside the mesh, per topic), to peers we back off from too: a backoff bars a GRAFT,
+        not gossip (the gossipsub 1.1 spec; go-libp2p's ``emitGossip``). py-libp2p left them
+        out, so a member pruned by every peer heard of nothing for the minute both ends back
+        off, and took every event by sync."""
+        if self.pubsub is None:
+            return defaultdict(dict)
+        to_gossip: defaultdict[ID, dict[str, list[bytes]]] = defaultdict(dict)
+        now = int(_now())
+        for topic in {*self.mesh, *self.fanout}:
+            subscribed = self.pubsub.peer_topics.get(topic)
+            if not subscribed:
+                continue
+            if topic in self.mesh:
+                current = self.mesh[topic]
+            elif self.time_since_last_publish.get(topic, 0) + self.time_to_live < now:
+                continue  # a fanout topic gone quiet: py-libp2p drops it, with no gossip
+            else:
+                current = self.fanout[topic]
+            ids = self.mcache.window(topic)
+            if not ids:
+                continue
+            count = self._get_adaptive_gossip_peers_count(topic, len(subscribed) - len(current))
+            for peer in self._get_in_topic_gossipsub_peers_from_minus(topic, count, current, backoff_check=False):
+                to_gossip[peer][topic] = list(ids)
+        return to_gossip
+
     async def _emit_control_msgs(self, peers_to_graft, peers_to_prune, peers_to_gossip) -> None:
         """The heartbeat's GRAFTs, PRUNEs and IHAVEs, one control message per peer holding that
         peer's own and nothing else (peers in py-libp2p's order: grafted, pruned, gossiped)."""
@@ -124,7 +153,8 @@ class Router(GossipSub):
     def _check_back_off(self, peer: ID, topic: str) -> bool:
         """Whether we back off from grafting ``peer`` in ``topic``: until ``BACKOFF_SLACK_S``
         after its backoff ends. py-libp2p asks this before each graft of its own, and when it
-        picks peers for IHAVE and fanout (a pruned peer goes without those for the slack too);
+        picks fanout peers (a pruned peer goes without those for the slack too; not IHAVE
+        peers: ``gossip_heartbeat``);
         a GRAFT received is judged without the slack (``handle_graft``)."""
         until = self.back_off.get(topic, {}).get(peer)
         if until is None:

@@ -93,6 +93,30 @@ def test_a_peer_the_heartbeat_prunes_is_not_grafted_again_inside_its_backoff() -
         assert grafted and not grafted & pruned, f"grafted {grafted & pruned} inside their backoff"
 
 
+def test_a_peer_in_backoff_still_hears_of_messages_by_ihave() -> None:
+    """py-libp2p picked the heartbeat's IHAVE peers among those not backed off, though a
+    backoff bars only a GRAFT (the gossipsub 1.1 spec; go-libp2p gossips to them): a member
+    whose grafts every peer had pruned (fifty members starting at once churn their meshes)
+    backed off, and was backed off by, every peer for a minute, and heard of no message by
+    gossip at all: one member of fifty took all forty of the propagation benchmark's probes
+    by sync, seconds late. The heartbeat's gossip is py-libp2p's, on a mesh set by hand."""
+    from libp2p.pubsub.pb import rpc_pb2
+
+    topic = "swarm/test/events"
+    peers = [ID(f"peer-{i}".encode()) for i in range(12)]
+    router = _router(peers, topic)
+    router.mesh = {topic: set(peers[:4])}
+    outside = set(peers[4:])
+    for peer in outside:  # pruned both ways: every peer outside the mesh is backed off
+        router._add_back_off(peer, topic, False)
+    router.mcache.put(rpc_pb2.Message(from_id=b"a", seqno=b"1", data=b"probe", topicIDs=[topic]))
+
+    told = {peer for peer, topics in router.gossip_heartbeat().items() if topic in topics}
+    assert told, "no peer outside the mesh was told of the message: every one is backed off"
+    assert told <= outside, "an IHAVE to a mesh peer, which has the message pushed to it"
+    assert len(told) == min(len(outside), max(6, len(peers) // 4))  # py-libp2p's count (Dlazy 6)
+
+
 def _router(peers: list[ID], *topics: str):
     from types import SimpleNamespace
 
