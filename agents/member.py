@@ -21,9 +21,9 @@ here, or given back by a peer after a lost store) is committed durably before
 anything else happens to it, since nobody else may hold it and signing its seq
 again would fork the feed; and before the member shows a change of its tree (a
 split accepted, a leaf done: decisions are final) every commit so far is made
-durable. So is every goal it holds before it serves a summary (``swarm submit``'s
-client reads a goal listed there as held, and leaves): the fsync comes then, off the
-event loop, not at the goal's receipt. Other events
+durable. So is every goal it holds before it serves a summary to a client (``swarm
+submit`` reads a goal listed there as held, and leaves): the fsync comes then, off the
+event loop, not at the goal's receipt, and a member's pull waits for none. Other events
 from other authors are committed without waiting for an fsync (a killed process
 keeps them; a power cut may take the last few, which sync fetches again). An
 fsync per delivered event stalled the event loop for it (one member's profile,

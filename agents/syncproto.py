@@ -184,21 +184,23 @@ async def serve_pull(stream: PeerStream, index: EventIndex, me: Credentials,
         sent += len(answer["events"])
 
 
-async def _open_pull(stream: PeerStream, index: EventIndex, me: Credentials) -> tuple[dict[str, Any], Summary]:
-    """Send our summary; the server's first offer (its ticket checked) and its summary."""
+async def _open_pull(stream: PeerStream, index: EventIndex,
+                     me: Credentials) -> tuple[dict[str, Any], str, Summary]:
+    """Send our summary; the server's first offer, its admitted role and its summary."""
     await stream.send(encode_message({"type": "summary", "cluster": me.cluster, "ticket": me.ticket.wire(),
                                       "authors": summary_json(index.summary())}))
     reply = await _receive(stream, "offer")
-    check_ticket(reply, stream, me)
-    return reply, summary_from(reply.get("summary"))
+    role = check_ticket(reply, stream, me)
+    return reply, role, summary_from(reply.get("summary"))
 
 
-async def peek(stream: PeerStream, index: EventIndex, me: Credentials) -> Summary:
-    """The peer's summary alone: its first offer is read and nothing is fetched (``swarm
-    submit`` asks this to see that a peer holds its goal)."""
-    _reply, theirs = await _open_pull(stream, index, me)
+async def peek(stream: PeerStream, index: EventIndex, me: Credentials) -> tuple[str, Summary]:
+    """The peer's admitted role and its summary alone: its first offer is read and nothing is
+    fetched (``swarm submit`` asks this to see that a member holds its goal; another client
+    holding it is no member that will serve it)."""
+    _reply, role, theirs = await _open_pull(stream, index, me)
     await stream.send(encode_message({"type": "done"}))
-    return theirs
+    return role, theirs
 
 
 async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
@@ -217,7 +219,7 @@ async def pull(stream: PeerStream, index: EventIndex, me: Credentials,
     be progress about nothing. ``batches`` cuts each need's batch from what is wanted (by
     default the next ``BATCH`` ids and seqs; ``agents.pull_claims.Claim`` puts off what
     another running pull is fetching, and has the pull wait while it is ``pending``)."""
-    reply, theirs = await _open_pull(stream, index, me)
+    reply, _role, theirs = await _open_pull(stream, index, me)
     received: list[bytes] = []
     while True:
         page = offer_from(reply.get("authors"))

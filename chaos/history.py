@@ -131,7 +131,7 @@ class History:
     # its store; the simulation samples what members show, so there it is exact
     show_within_s: float = 0.0
     admitted: set[str] | None = None  # every peer the cluster's authority admitted (hostile ones too)
-    goal: str = ""  # the submitted goal's id: its client left once a member held it
+    goal: str = ""  # the submitted goal's id: its client left once members said they held it
     # member -> when it told the goal's client it held the goal (its served summary listed it):
     # from then on it must hold it across every restart (``durability``)
     goal_held_by: dict[str, float] = field(default_factory=dict)

@@ -11,6 +11,7 @@ import structlog
 import trio
 
 from agents import logs
+from agents.cli.common import positive
 from agents.cli.errors import CommandError, UsageError
 from agents.cli.members import (
     add_network_options,
@@ -24,11 +25,13 @@ from agents.cli.members import (
     write_addrs,
 )
 from agents.clusterdir import AdmissionError, read_members
-from agents.core.events import GoalBody
+from agents.core.events import Event, GoalBody
 from agents.member import Member
 from agents.metrics import MemberMetrics, parse_address
+from agents.net.base import Network
 
 log = structlog.get_logger("swarm.cli")
+PEEK_DEADLINE = 5.0  # seconds swarm submit waits for one member's summary before asking the next
 MAX_PARALLEL = 8  # the model service's default number of slots
 
 
@@ -99,8 +102,6 @@ async def _connected(network, timeout: float) -> bool:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from agents.syncproto import peek
-
     if not args.bootstrap and not args.mdns:
         raise CommandError("swarm submit needs a peer: give --bootstrap MULTIADDR (or allow mDNS)")
     data_dir = Path(args.data_dir)
@@ -116,6 +117,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     creds, store = open_member(data_dir, "client", args)
     network = network_for(creds, args)
     outcome: dict[str, str] = {}
+    holders: list[str] = []
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -128,30 +130,47 @@ def cmd_submit(args: argparse.Namespace) -> int:
                     return
                 goal = await member.publish(body)
                 outcome["goal"] = goal.id
-                while "acked" not in outcome:
+                while len(holders) < args.holders:
                     for peer in network.connected_peers():
-                        try:
-                            stream = await network.open_stream(peer)
-                            theirs = await peek(stream, member.index, creds)
-                            await stream.aclose()
-                        except Exception as exc:  # the peer may be starting up; try again
-                            log.debug("ack check failed", peer=peer, error=repr(exc)[:100])
-                            continue
-                        if theirs.holds_through(goal):
-                            outcome["acked"] = peer
-                            break
-                    await trio.sleep(0.3)
+                        if peer not in holders and await _holds(network, peer, member, goal):
+                            holders.append(peer)
+                            if len(holders) >= args.holders:
+                                break
+                    else:
+                        await trio.sleep(0.3)
             nursery.cancel_scope.cancel()
 
     run_member_loop(main, store)
     store.close()
     if "goal" not in outcome:
         raise CommandError(f"no peer reachable within {args.timeout:g} s; check --bootstrap (and that members run)")
-    if "acked" not in outcome:
-        raise CommandError(f"goal {outcome['goal'][:16]} published, but no member confirmed holding it "
-                           f"within {args.timeout:g} s")
-    print(f"goal {outcome['goal']} submitted; held by {outcome['acked']}")
+    if len(holders) < args.holders:
+        raise CommandError(f"goal {outcome['goal'][:16]} published, but {len(holders)} of the {args.holders} "
+                           f"members --holders asks for confirmed holding it within {args.timeout:g} s"
+                           + (f" (fewer members than that? give --holders {len(holders)})" if holders else ""))
+    print(f"goal {outcome['goal']} submitted; held by {', '.join(holders)}")
     return 0
+
+
+async def _holds(network: Network, peer: str, member: Member, goal: Event) -> bool:
+    """Whether ``peer`` is a member that says it holds ``goal`` on its disk: the summary it
+    serves a client lists it (another client holding it is no member that will serve it). A
+    peer that stalls is given ``PEEK_DEADLINE`` seconds, then the next is asked."""
+    from agents.syncproto import peek
+
+    stream, answer = None, None
+    with trio.move_on_after(PEEK_DEADLINE):
+        try:
+            stream = await network.open_stream(peer)
+            answer = await peek(stream, member.index, member.credentials)
+        except Exception as exc:  # the peer may be starting up; it is asked again
+            log.debug("ack check failed", peer=peer, error=repr(exc)[:100])
+    if stream is not None:  # a stalled or failed conversation is reset, not left to linger
+        await (stream.aclose() if answer is not None else stream.abort())
+    if answer is None:
+        return False
+    role, theirs = answer
+    return role != "client" and theirs.holds_through(goal)
 
 
 def _roster(args: argparse.Namespace) -> tuple[str, ...]:
@@ -222,7 +241,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     add_network_options(agent)
     agent.set_defaults(run=cmd_agent)
 
-    submit = sub.add_parser("submit", help="publish a goal and exit once a member holds it")
+    submit = sub.add_parser("submit", help="publish a goal and exit once members hold it on their disks")
     submit.add_argument("goal")
     roster = submit.add_mutually_exclusive_group()
     roster.add_argument("--roster", metavar="MEMBERS.json",
@@ -237,6 +256,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "(default: four leases)")
     submit.add_argument("--round", type=float, default=30.0, help="seconds scorers wait in a round before the next")
     submit.add_argument("--timeout", type=float, default=30.0)
+    submit.add_argument("--holders", type=positive, default=2,
+                        help="members that must say they hold the goal on their disks before submit "
+                             "exits (default 2: one lost disk loses no goal)")
     submit.add_argument("--data-dir", required=True, help="the client's identity, ticket and events")
     add_network_options(submit)
     submit.set_defaults(run=cmd_submit)

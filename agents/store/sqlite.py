@@ -8,7 +8,7 @@ every commit before) only when asked, ``durable=True``, and ``sync`` makes what
 was committed before it durable: a power cut can take the tail of the log that
 no fsync covered, never more. The member asks for it where something depends on
 the disk (its own events before it sends them; the goals it holds before it serves
-a summary, which a goal's client reads as held and leaves on; what it is about to
+a client a summary, which the client reads as held and leaves on; what it is about to
 show, before it shows it: ``agents.member``); everything else
 it holds came from peers, who give it again. An fsync per delivered event was the
 longest stall of a member's event loop: fifty members fsyncing each probe on one

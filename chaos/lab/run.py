@@ -159,10 +159,12 @@ class ScenarioRun:
             raise LabError(f"the goal's client did not say which goal it submitted: {answer[-300:]!r}")
         self.history.goal = submitted.group(1)
         by_peer = {m.peer_id: n for n, m in self.cluster.members.items()}
-        held_by = re.search(r"held by (\w+)", answer)
-        if held_by is None or held_by.group(1) not in by_peer:  # durability holds that member to its word
-            raise LabError(f"the goal's client did not name the member that holds its goal: {answer[-300:]!r}")
-        self.history.goal_held_by[by_peer[held_by.group(1)]] = 0.0  # before any fault
+        held_by = re.search(r"held by (\w+(?:, \w+)*)", answer)
+        holders = held_by.group(1).split(", ") if held_by else []
+        if not holders or any(peer not in by_peer for peer in holders):  # durability holds them to their word
+            raise LabError(f"the goal's client did not name the members that hold its goal: {answer[-300:]!r}")
+        for peer in holders:
+            self.history.goal_held_by[by_peer[peer]] = 0.0  # before any fault
         self.t0 = time.monotonic()
         self.t0_wall_ms = time.time() * 1000
         self._fault("submit", answer[:80])

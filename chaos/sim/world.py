@@ -166,8 +166,8 @@ class World:
     async def _submit_goal(self) -> None:
         """A client signs the goal, gossips it, and leaves once three members say they hold it,
         asked as ``swarm submit`` asks (the summary a member serves: listed there, the goal is
-        on its disk; ``swarm submit`` waits for one, and three keep one lost store from losing
-        it). Who said so, and when, is in the history: ``durability`` holds them to it."""
+        on its disk; ``swarm submit`` waits for two by default, and three keep two lost stores
+        from losing it). Who said so, and when, is in the history: ``durability`` holds them to it."""
         client_dir = self.scratch / "client"
         identity = identity_for(self.config.seed, "client", 0)
         store = EventStore.open(client_dir)
@@ -212,7 +212,7 @@ class World:
         with trio.move_on_after(5):  # a paused member answers nothing
             try:
                 stream = await network.open_stream(slot.identity.peer_id)
-                theirs = await peek(stream, client.index, client.credentials)
+                _role, theirs = await peek(stream, client.index, client.credentials)
                 await stream.aclose()
             except (StreamClosed, SyncRefused, SyncProtocolError):  # down, cut off, starting
                 return False

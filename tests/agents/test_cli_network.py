@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from agents.clusterdir import read_members
+from agents.core.events import GoalBody
 from agents.store import EventStore
 
 
@@ -141,6 +143,38 @@ def test_submit_to_nobody_gives_up_with_a_reason(cluster) -> None:
                 "--roster", str(cluster / "admin" / "members.json"), "--bootstrap", NOBODY)
     assert run.returncode == 1
     assert "no peer reachable within 2 s" in run.stderr
+
+
+def test_submit_waits_for_the_holders_it_asks_for_and_names_them(cluster) -> None:
+    """One member runs: the default two holders never come, and submit says how many did and
+    how to ask for fewer; asking for one, it exits 0 naming that member. The goal stays
+    published either way (the member holds both)."""
+    member = subprocess.Popen([sys.executable, "-m", "agents.cli.main", "agent", "--role", "scorer", "--data-dir",
+                               str(cluster / "scorer"), "--no-mdns", "--llm", "scripted",
+                               "--listen", "/ip4/127.0.0.1/tcp/0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    addrs = cluster / "scorer" / "addrs"
+    try:
+        deadline = time.monotonic() + 60
+        while not addrs.exists() and member.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert addrs.exists(), "the member did not start"
+        common = ("--no-mdns", "--data-dir", str(cluster / "client"), "--roster", str(cluster / "admin" / "members.json"),
+                  "--bootstrap", addrs.read_text().split()[0])
+        short = swarm("submit", "Plan a day in Kyoto", "--timeout", "15", *common)
+        one = swarm("submit", "Plan a day in Nara", "--timeout", "30", "--holders", "1", *common)
+    finally:
+        member.terminate()
+        member.wait(timeout=30)
+        addrs.unlink(missing_ok=True)
+    assert short.returncode == 1, short.stdout + short.stderr[-2000:]
+    assert "but 1 of the 2 members --holders asks for confirmed holding it within 15 s" in short.stderr
+    assert "fewer members than that? give --holders 1" in short.stderr
+    assert one.returncode == 0, one.stderr[-2000:]
+    peer = next(m["peer"] for m in read_members(cluster / "admin" / "members.json") if m["role"] == "scorer")
+    assert one.stdout.strip().endswith(f"submitted; held by {peer}"), one.stdout
+    with EventStore.open(cluster / "scorer") as store:
+        goals = sorted(e.body.text for e in store.events() if isinstance(e.body, GoalBody))
+    assert goals == ["Plan a day in Kyoto", "Plan a day in Nara"]
 
 
 def test_a_damaged_identity_key_is_refused_and_the_store_is_untouched(tmp_path) -> None:

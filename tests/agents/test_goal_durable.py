@@ -1,7 +1,7 @@
 """A goal is on a member's disk before the member says it holds it: before the summary it
-serves lists it (``swarm submit`` reads a goal listed there as held, and its client leaves),
-not at the goal's receipt, whose commit waits for no fsync on the event loop
-(``Member.goals_on_disk``). The simulation's store keeps its files as of its last fsync, what
+serves a client lists it (``swarm submit`` reads a goal listed there as held, and leaves; a
+member's pull reads no promise there and waits for no disk), not at the goal's receipt,
+whose commit waits for no fsync on the event loop (``Member.goals_on_disk``). The simulation's store keeps its files as of its last fsync, what
 a power cut leaves (``tests.agents.test_member_disk.on_disk_after_a_power_cut``). How the
 checkers judge it across simulated power cuts: ``tests/chaos/test_durability.py`` and the
 planted page-cache goal in ``tests/chaos/test_planted_bugs.py``.
@@ -109,7 +109,8 @@ async def _member_and_asker(nursery: trio.Nursery, store: SimStore, tag: str,
 
 async def _asks(asker: SimNetwork, member: Member, tag: str, role: str = "client") -> Summary:
     stream = await asker.open_stream(member.me.peer_id)
-    return await peek(stream, EventIndex(), credentials(f"{tag}/asker", role))
+    _role, summary = await peek(stream, EventIndex(), credentials(f"{tag}/asker", role))
+    return summary
 
 
 def test_a_goal_stored_while_a_summary_waits_for_the_disk_waits_with_it(tmp_path: Path) -> None:

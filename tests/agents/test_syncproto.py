@@ -241,7 +241,8 @@ def test_peek_reads_the_summary_and_fetches_nothing() -> None:
         near, far = pipes(me.identity.peer_id, them.identity.peer_id)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(serve_pull, far, EventIndex(events), them)
-            theirs = await syncproto.peek(near, EventIndex(), me)
+            role, theirs = await syncproto.peek(near, EventIndex(), me)
+            assert role == "scorer"  # the server's admitted role
         return theirs, near, far
 
     theirs, near, far = trio.run(main)
