@@ -38,6 +38,13 @@ upkeep replaces. Three causes, each mended here:
   after our backoff of it ends, but take its GRAFT as soon as the backoff ends (the spec's
   slack, after go-libp2p's).
 
+py-libp2p also sent the heartbeat's IHAVE gossip only to peers it did not back off from,
+though a backoff bars only a GRAFT: fifty members starting at once churn their meshes, and a
+member whose every graft was pruned backed off, and was backed off by, every peer it knew
+for a minute, out of every mesh and told of nothing; one member of fifty then took all forty
+of the propagation benchmark's probes by sync, seconds late (``gossip_heartbeat`` gossips to
+them as go-libp2p does).
+
 Not mended: py-libp2p's grafts for IP diversity (``_improve_mesh_diversity``, when a mesh
 spans fewer than 3 addresses) ignore backoffs. Loopback members share one address, so only
 the container lab can meet it; and a GRAFT it refuses for a flood records no backoff of ours.
@@ -112,25 +119,20 @@ class Router(GossipSub):
         return to_graft, to_prune
 
     def gossip_heartbeat(self) -> defaultdict[ID, dict[str, list[bytes]]]:
-        """py-libp2p's IHAVE gossip (the window's ids to ``Dlazy`` random subscribed peers
-        outside the mesh, per topic), to peers we back off from too: a backoff bars a GRAFT,
-        not gossip (the gossipsub 1.1 spec; go-libp2p's ``emitGossip``). py-libp2p left them
-        out, so a member pruned by every peer heard of nothing for the minute both ends back
-        off, and took every event by sync."""
+        """py-libp2p's IHAVE gossip (per mesh topic, and fanout topic we are not in the mesh
+        of: the window's ids to max(6, a quarter of) the subscribed peers outside the mesh or
+        fanout, picked at random), to peers we back off from too: a backoff bars a GRAFT, not
+        gossip (the gossipsub 1.1 spec; go-libp2p's ``emitGossip``). py-libp2p left them out,
+        so a member pruned by every peer heard of nothing for the minute both ends back off,
+        and took every event by sync."""
         if self.pubsub is None:
             return defaultdict(dict)
         to_gossip: defaultdict[ID, dict[str, list[bytes]]] = defaultdict(dict)
-        now = int(_now())
         for topic in {*self.mesh, *self.fanout}:
             subscribed = self.pubsub.peer_topics.get(topic)
             if not subscribed:
                 continue
-            if topic in self.mesh:
-                current = self.mesh[topic]
-            elif self.time_since_last_publish.get(topic, 0) + self.time_to_live < now:
-                continue  # a fanout topic gone quiet: py-libp2p drops it, with no gossip
-            else:
-                current = self.fanout[topic]
+            current = self.mesh[topic] if topic in self.mesh else self.fanout[topic]
             ids = self.mcache.window(topic)
             if not ids:
                 continue
