@@ -42,8 +42,8 @@ py-libp2p also sent the heartbeat's IHAVE gossip only to peers it did not back o
 though a backoff bars only a GRAFT: fifty members starting at once churn their meshes, and a
 member whose every graft was pruned backed off, and was backed off by, every peer it knew
 for a minute, out of every mesh and told of nothing; one member of fifty then took all forty
-of the propagation benchmark's probes by sync, seconds late (``gossip_heartbeat`` gossips to
-them as go-libp2p does).
+of the propagation benchmark's probes by sync, seconds late (``gossip_heartbeat`` tells one
+of them a heartbeat, per topic).
 
 Not mended: py-libp2p's grafts for IP diversity (``_improve_mesh_diversity``, when a mesh
 spans fewer than 3 addresses) ignore backoffs. Loopback members share one address, so only
@@ -56,6 +56,7 @@ minute and only for a poor mesh) is left on: with it off, the 30-member containe
 
 from __future__ import annotations
 
+import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -87,6 +88,7 @@ IDONTWANT_MIN_BYTES = 1024  # go-libp2p's GossipSubIDontWantMessageThreshold
 # seconds past a backoff's end before we graft that peer: the two ends' backoffs ended up to
 # 6 s apart among fifty members on two cores
 BACKOFF_SLACK_S = 10
+BACKED_OFF_GOSSIP = 1  # peers we back off from told of the window's messages, per topic and heartbeat
 _now = time.time  # a module attribute, so a test can move time (py-libp2p's backoffs are wall-clock seconds)
 
 
@@ -119,25 +121,26 @@ class Router(GossipSub):
         return to_graft, to_prune
 
     def gossip_heartbeat(self) -> defaultdict[ID, dict[str, list[bytes]]]:
-        """py-libp2p's IHAVE gossip (per mesh topic, and fanout topic we are not in the mesh
-        of: the window's ids to max(6, a quarter of) the subscribed peers outside the mesh or
-        fanout, picked at random), to peers we back off from too: a backoff bars a GRAFT, not
-        gossip (the gossipsub 1.1 spec; go-libp2p's ``emitGossip``). py-libp2p left them out,
-        so a member pruned by every peer heard of nothing for the minute both ends back off,
-        and took every event by sync."""
+        """py-libp2p's IHAVE gossip, and per topic ``BACKED_OFF_GOSSIP`` peers more, drawn from
+        the subscribed peers outside the mesh we back off from: a backoff bars a GRAFT, not
+        gossip (the gossipsub 1.1 spec; go-libp2p's ``emitGossip``). py-libp2p picks only
+        peers it does not back off from, so a member pruned by every peer heard of nothing
+        for the minute both ends back off, and took every event by sync. Gossiping to all
+        of them, as go-libp2p does, cost the quiet runs at fifty members half again their
+        p50 (more IHAVEs on a saturated machine); one a heartbeat from each peer still tells
+        such a member of each message within a heartbeat or two."""
+        to_gossip = super().gossip_heartbeat()
         if self.pubsub is None:
-            return defaultdict(dict)
-        to_gossip: defaultdict[ID, dict[str, list[bytes]]] = defaultdict(dict)
+            return to_gossip
         for topic in {*self.mesh, *self.fanout}:
-            subscribed = self.pubsub.peer_topics.get(topic)
-            if not subscribed:
+            subscribed, ids = self.pubsub.peer_topics.get(topic), self.mcache.window(topic)
+            if not subscribed or not ids:
                 continue
+            told = {peer for peer, topics in to_gossip.items() if topic in topics}
             current = self.mesh[topic] if topic in self.mesh else self.fanout[topic]
-            ids = self.mcache.window(topic)
-            if not ids:
-                continue
-            count = self._get_adaptive_gossip_peers_count(topic, len(subscribed) - len(current))
-            for peer in self._get_in_topic_gossipsub_peers_from_minus(topic, count, current, backoff_check=False):
+            outside = self._get_in_topic_gossipsub_peers_from_minus(topic, len(subscribed), current | told)
+            backed_off = [peer for peer in outside if self._check_back_off(peer, topic)]
+            for peer in random.sample(backed_off, min(BACKED_OFF_GOSSIP, len(backed_off))):
                 to_gossip[peer][topic] = list(ids)
         return to_gossip
 
@@ -155,8 +158,8 @@ class Router(GossipSub):
     def _check_back_off(self, peer: ID, topic: str) -> bool:
         """Whether we back off from grafting ``peer`` in ``topic``: until ``BACKOFF_SLACK_S``
         after its backoff ends. py-libp2p asks this before each graft of its own, and when it
-        picks fanout peers (a pruned peer goes without those for the slack too; not IHAVE
-        peers: ``gossip_heartbeat``);
+        picks fanout and IHAVE peers (a pruned peer goes without those for the slack too,
+        but for ``gossip_heartbeat``'s one);
         a GRAFT received is judged without the slack (``handle_graft``)."""
         until = self.back_off.get(topic, {}).get(peer)
         if until is None:
