@@ -133,9 +133,9 @@ class MemberSync:
 
     async def _promised_to(self, puller_role: str) -> None:
         """Before a summary is served: only a client reads it as a promise (it leaves once its
-        goal is listed); a member's pull, which repairs what gossip lost, never waits for the
-        disk (with fifty members fsyncing one disk, repairs that did missed the propagation
-        benchmark's window)."""
+        goal is listed); a member's pull, which repairs what gossip lost, reads no promise
+        there and never waits for the disk (an fsync of a disk fifty members share can take
+        seconds)."""
         if puller_role == "client":
             await self.goals_on_disk()
 
