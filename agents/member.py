@@ -241,7 +241,8 @@ class Member(MemberSync, MemberActing):
 
     def _durable(self, events: list[Event]) -> bool:
         """Whether storing ``events`` waits for the disk: when this member signed any of them.
-        A goal from a client waits for its first served summary instead (``goals_on_disk``)."""
+        A goal from a client waits for the first summary served to a client instead
+        (``goals_on_disk``)."""
         return self.author is not None and any(event.author == self.me.peer_id for event in events)
 
     def store_behind(self, events: list[Event]) -> Future[int]:

@@ -127,8 +127,10 @@ class Router(GossipSub):
         peers it does not back off from, so a member pruned by every peer heard of nothing
         for the minute both ends back off, and took every event by sync. Gossiping to all
         of them, as go-libp2p does, cost the quiet runs at fifty members half again their
-        p50 (more IHAVEs on a saturated machine); one a heartbeat from each peer still tells
-        such a member of each message within a heartbeat or two."""
+        p50 (more IHAVEs on a saturated machine). One a heartbeat from each peer: such a
+        member, backed off by k peers that each back off b, hears of a message about k/b
+        times a heartbeat over the cache's 3-heartbeat window, and sync brings the rest (not
+        yet measured to cure the slow mode: stop 51's note)."""
         to_gossip = super().gossip_heartbeat()
         if self.pubsub is None:
             return to_gossip

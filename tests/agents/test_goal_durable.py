@@ -1,8 +1,8 @@
 """A goal is on a member's disk before the member says it holds it: before the summary it
 serves a client lists it (``swarm submit`` reads a goal listed there as held, and leaves; a
 member's pull reads no promise there and waits for no disk), not at the goal's receipt,
-whose commit waits for no fsync on the event loop (``Member.goals_on_disk``). The simulation's store keeps its files as of its last fsync, what
-a power cut leaves (``tests.agents.test_member_disk.on_disk_after_a_power_cut``). How the
+whose commit waits for no fsync on the event loop (``Member.goals_on_disk``). The
+simulation's store keeps its files as of its last fsync, what a power cut leaves (``tests.agents.test_member_disk.on_disk_after_a_power_cut``). How the
 checkers judge it across simulated power cuts: ``tests/chaos/test_durability.py`` and the
 planted page-cache goal in ``tests/chaos/test_planted_bugs.py``.
 """

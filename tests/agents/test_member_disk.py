@@ -1,8 +1,8 @@
 """What a member's commits wait for: the disk, only where something depends on it.
 
 Its own events are fsynced before anything else happens to them (nobody else may hold
-them yet); goals before a summary it serves lists them (their client leaves once a member
-says it holds one: ``tests/agents/test_goal_durable.py``); others' events are committed without an fsync (a killed process keeps them;
+them yet); goals before a summary it serves a client lists them (the client leaves once
+members say they hold it: ``tests/agents/test_goal_durable.py``); others' events are committed without an fsync (a killed process keeps them;
 a power cut may take the last few, which their authors still hold) until the member
 is about to show a change of its tree, which is final: then everything is fsynced
 first. The simulation's store keeps its files as of its last fsync (what a power cut
@@ -80,7 +80,7 @@ def test_own_events_wait_for_the_disk_and_others_wait_until_a_decision_rests_on_
 
 def test_a_goal_a_pull_brings_is_on_the_disk_once_a_summary_is_to_list_it(tmp_path: Path) -> None:
     """The pull's path: batches stored on the store thread (``store_behind``, then ``written``).
-    Neither drafts nor the goal wait for an fsync; what a served summary waits for
+    Neither drafts nor the goal wait for an fsync; what a summary served to a client waits for
     (``goals_on_disk``, on a thread) does, and covers everything committed before it."""
     board = Board(tag="pullgoal")
     store = SimStore.open(tmp_path / "member")

@@ -152,7 +152,7 @@ def test_a_commit_waits_for_the_disk_only_when_asked_and_sync_makes_the_rest_dur
 
 
 def test_a_commit_does_not_wait_for_a_sync_running_on_another_thread(tmp_path, plan_events, monkeypatch) -> None:
-    """A member syncs on a thread before it serves a summary while its event loop commits what
+    """A member syncs on a thread before it serves a client a summary while its event loop commits what
     gossip brings: the commit goes on while the fsync runs (it waited for the whole fsync on
     the store's lock, the event loop with it), and the sync leaves ``unsynced`` set, since the
     commit made meanwhile may or may not be covered; the next sync covers it."""
