@@ -141,9 +141,9 @@ class MemberSync:
 
     async def goals_on_disk(self) -> None:
         """Every goal this member holds on its disk, before it serves a client a summary that
-        lists it: ``swarm submit`` leaves once the summaries it asks for list its goal, and a goal held in page
-        caches only would be lost by one power cut of the members' machines (the simulation's
-        ``blackout``). One fsync covers every goal stored since the last; it runs off the event
+        lists it: ``swarm submit`` leaves once the summaries it asks for list its goal, and a
+        goal held in page caches only would be lost by one power cut of the members' machines
+        (the simulation's ``blackout``). One fsync covers every goal stored since the last; it runs off the event
         loop (gossip's goals fsynced at their receipt held fifty members' loops up), and a goal
         stored meanwhile makes another. A failing disk raises ``DiskFailed``."""
         while self.goals_synced < self.goals_stored:

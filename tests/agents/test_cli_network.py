@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -119,23 +122,31 @@ def test_observe_whose_every_pull_is_refused_fails_instead_of_printing_a_partial
     assert swarm("cluster", "init", str(tmp_path / "other"), "--name", "other").returncode == 0
     assert swarm("admit", str(tmp_path / "other"), "--role", "observer",
                  "--data-dir", str(tmp_path / "stranger")).returncode == 0
-    member = subprocess.Popen([sys.executable, "-m", "agents.cli.main", "agent", "--data-dir",
-                               str(cluster / "executor"), "--no-mdns", "--llm", "scripted",
-                               "--listen", "/ip4/127.0.0.1/tcp/0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with _running(cluster / "executor") as address:
+        run = swarm("observe", "--no-mdns", "--timeout", "30", "--data-dir", str(tmp_path / "stranger"),
+                    "--bootstrap", address)
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "no pull from a peer ran to its end" in run.stderr
+
+
+@contextlib.contextmanager
+def _running(data_dir: Path) -> Iterator[str]:
+    """``swarm agent`` on ``data_dir`` (its role from its ticket, the scripted model), as a
+    process; yields its address once it listens, and stops it however the test ends."""
+    member = subprocess.Popen([sys.executable, "-m", "agents.cli.main", "agent", "--data-dir", str(data_dir),
+                               "--no-mdns", "--llm", "scripted", "--listen", "/ip4/127.0.0.1/tcp/0"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    addrs = data_dir / "addrs"
     try:
-        addrs = cluster / "executor" / "addrs"
         deadline = time.monotonic() + 60
         while not addrs.exists() and member.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert addrs.exists(), "the member did not start"
-        run = swarm("observe", "--no-mdns", "--timeout", "30", "--data-dir", str(tmp_path / "stranger"),
-                    "--bootstrap", addrs.read_text().split()[0])
+        yield addrs.read_text().split()[0]
     finally:
         member.terminate()
         member.wait(timeout=30)
         addrs.unlink(missing_ok=True)
-    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
-    assert "no pull from a peer ran to its end" in run.stderr
 
 
 def test_submit_to_nobody_gives_up_with_a_reason(cluster) -> None:
@@ -149,23 +160,11 @@ def test_submit_waits_for_the_holders_it_asks_for_and_names_them(cluster) -> Non
     """One member runs: the default two holders never come, and submit says how many did and
     how to ask for fewer; asking for one, it exits 0 naming that member. The goal stays
     published either way (the member holds both)."""
-    member = subprocess.Popen([sys.executable, "-m", "agents.cli.main", "agent", "--role", "scorer", "--data-dir",
-                               str(cluster / "scorer"), "--no-mdns", "--llm", "scripted",
-                               "--listen", "/ip4/127.0.0.1/tcp/0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    addrs = cluster / "scorer" / "addrs"
-    try:
-        deadline = time.monotonic() + 60
-        while not addrs.exists() and member.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert addrs.exists(), "the member did not start"
+    with _running(cluster / "scorer") as address:
         common = ("--no-mdns", "--data-dir", str(cluster / "client"), "--roster", str(cluster / "admin" / "members.json"),
-                  "--bootstrap", addrs.read_text().split()[0])
+                  "--bootstrap", address)
         short = swarm("submit", "Plan a day in Kyoto", "--timeout", "15", *common)
         one = swarm("submit", "Plan a day in Nara", "--timeout", "30", "--holders", "1", *common)
-    finally:
-        member.terminate()
-        member.wait(timeout=30)
-        addrs.unlink(missing_ok=True)
     assert short.returncode == 1, short.stdout + short.stderr[-2000:]
     assert "but 1 of the 2 members --holders asks for confirmed holding it within 15 s" in short.stderr
     assert "fewer members than that? give --holders 1" in short.stderr
