@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import base64
+import collections
 import json
 import os
 import statistics
@@ -42,7 +43,7 @@ from agents.core.fold import fold
 from agents.core.identity import verify
 from agents.keyfile import load_or_create
 from agents.member import Member
-from agents.net.p2p import Libp2pNetwork
+from agents.net.p2p import MESH_LOG_INTERVAL, Libp2pNetwork
 from agents.net.peer_book import ACTIVE_PEERS
 from agents.store import EventStore
 from bench.synthetic import AUTHORITY, CLUSTER, plan_log
@@ -171,9 +172,26 @@ async def _publish(procs: list[Proc], cluster: str, count: int, rate: float,
     return sent, busy - idle
 
 
-def propagation(members: int, count: int = 40, rate: float = PROPAGATION_RATE) -> tuple[float, float, int, int, float]:
-    """p50 and p99 (ms) of the time for a probe to reach every member, probes that never did,
-    deliveries sync made (gossip had not brought them first), and members' CPU per delivery (ms)."""
+@dataclass(frozen=True)
+class Propagation:
+    """One ``propagation`` run: p50 and p99 (ms) of the time for a probe to reach every member,
+    probes that never did, deliveries sync made (gossip had not brought them first), the most
+    of those made to one member (all the probes when gossip brought a member none), members
+    whose events-topic mesh was empty at one of their "gossip mesh" snapshots while the probes
+    ran (one or two each: ``MESH_LOG_INTERVAL``), and the members' CPU per delivery (ms)."""
+
+    p50: float
+    p99: float
+    missing: int
+    by_sync: int
+    most_by_sync_to_one: int
+    out_of_mesh: int
+    cpu_ms: float
+
+
+def propagation(members: int, count: int = 40, rate: float = PROPAGATION_RATE) -> Propagation:
+    """Publish ``count`` probes at ``rate`` into ``members`` observers and read from their logs
+    when each member took each probe, and how."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         cluster = f"bench-prop-{members}"
@@ -188,27 +206,33 @@ def propagation(members: int, count: int = 40, rate: float = PROPAGATION_RATE) -
         # gossip), and counting records, not members, called such an event seen by all, or
         # never, and one that gossip brought first a delivery sync made
         arrival: dict[str, dict[str, tuple[float, str]]] = {e: {} for e in sent}
+        out_of_mesh: set[str] = set()
+        # the probes' window: the first sent until the 5 s ``_publish`` waits after the last (a
+        # member still running while the others stop may well log an empty mesh after it)
+        window = (min(sent.values(), default=0.0), max(sent.values(), default=0.0) + 5)
         for proc in procs:
             for line in (proc.data_dir / "agent.log").read_text().splitlines():
-                if '"admitted"' not in line:
-                    continue
-                record = json.loads(line)
-                event_id = record.get("event_id")
-                if event_id in arrival:
-                    at, times = datetime.fromisoformat(record["timestamp"]).timestamp(), arrival[event_id]
-                    times.setdefault(proc.name, (at, str(record.get("via"))))
-        by_sync = [(name, e) for e, times in arrival.items()
-                   for name, (_, via) in times.items() if via == "sync"]
+                if '"admitted"' in line:
+                    record = json.loads(line)
+                    event_id = record.get("event_id")
+                    if event_id in arrival:
+                        at, times = datetime.fromisoformat(record["timestamp"]).timestamp(), arrival[event_id]
+                        times.setdefault(proc.name, (at, str(record.get("via"))))
+                elif '"gossip mesh"' in line:  # agents/net/p2p.py, every MESH_LOG_INTERVAL
+                    record = json.loads(line)
+                    at = datetime.fromisoformat(record["timestamp"]).timestamp()
+                    if record["mesh"] == 0 and window[0] <= at <= window[1]:
+                        out_of_mesh.add(proc.name)
+        by_sync = collections.Counter(name for times in arrival.values()
+                                      for name, (_, via) in times.items() if via == "sync")
         complete = sorted(max(at for at, _ in times.values()) - sent[e] for e, times in arrival.items()
                           if len(times) == members)
-        missing = len(sent) - len(complete)
         deliveries = sum(len(times) for times in arrival.values())
-        cpu_ms = cpu * 1000 / deliveries if deliveries else float("nan")
-        if not complete:  # no event reached every member within the window
-            return float("nan"), float("nan"), missing, len(by_sync), cpu_ms
-        p50 = statistics.median(complete) * 1000
-        p99 = complete[min(len(complete) - 1, int(len(complete) * 0.99))] * 1000
-        return p50, p99, missing, len(by_sync), cpu_ms
+        p50 = statistics.median(complete) * 1000 if complete else float("nan")
+        p99 = complete[min(len(complete) - 1, int(len(complete) * 0.99))] * 1000 if complete else float("nan")
+        return Propagation(p50, p99, len(sent) - len(complete), sum(by_sync.values()),
+                           max(by_sync.values(), default=0), len(out_of_mesh),
+                           cpu * 1000 / deliveries if deliveries else float("nan"))
 
 
 @dataclass(frozen=True)
@@ -415,15 +439,18 @@ def main() -> None:
           "long just before, divided by the (member, probe) deliveries. The largest cluster again at "
           f"{', '.join(f'{r:g}' for r in PROPAGATION_RATES)} probes a second: at {PROPAGATION_RATE:g} a second its deliveries "
           "can ask for more CPU than the machine has.")
+    print("Most by sync to one member: all 40 when gossip brought a member none (out of every mesh, told of "
+          f"nothing). Out of the mesh: members whose events-topic mesh was empty at one of their {MESH_LOG_INTERVAL:g} s "
+          "snapshots while the probes ran.")
     print("| members | probes a second | p50 to all (ms) | p99 to all (ms) | deliveries by sync (gossip lost) "
-          "| never seen by all | CPU per delivery (ms) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+          "| most by sync to one member | out of the mesh | never seen by all | CPU per delivery (ms) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     runs = [(members, PROPAGATION_RATE) for members in PROPAGATION_SIZES]
     runs += [(max(PROPAGATION_SIZES), rate) for rate in PROPAGATION_RATES if rate != PROPAGATION_RATE]
     for members, rate in runs:
-        p50, p99, missing, synced, cpu_ms = propagation(members, rate=rate)
-        print(f"| {members} | {rate:g} | {p50:.0f} | {p99:.0f} | {synced} of {members * 40} | {missing} "
-              f"| {cpu_ms:.1f} |", flush=True)
+        run = propagation(members, rate=rate)
+        print(f"| {members} | {rate:g} | {run.p50:.0f} | {run.p99:.0f} | {run.by_sync} of {members * 40} "
+              f"| {run.most_by_sync_to_one} | {run.out_of_mesh} | {run.missing} | {run.cpu_ms:.1f} |", flush=True)
 
     print("\n### idle cost per member (no goal; scripted model; every member bootstraps to all)")
     print(f"Read over 20 s once the members' CPU holds steady ({STEADY_WINDOW_S:g} s windows within "

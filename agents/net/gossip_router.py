@@ -49,9 +49,17 @@ Not mended: py-libp2p's grafts for IP diversity (``_improve_mesh_diversity``, wh
 spans fewer than 3 addresses) ignore backoffs. Loopback members share one address, so only
 the container lab can meet it; and a GRAFT it refuses for a flood records no backoff of ours.
 
-py-libp2p's opportunistic grafting (at every heartbeat, where go-libp2p grafts once a
-minute and only for a poor mesh) is left on: with it off, the 30-member container test
-(``tests/chaos/test_clusters.py``) crawled, no leaf done after 600 s.
+py-libp2p's opportunistic grafting (two peers at every heartbeat, where go-libp2p grafts
+once a minute and only for a poor mesh) is the churn's engine, and is left on, by
+measurement (stop 52's note; fifty members, ``bench.swarm.propagation(50)``, runs taken in
+turn): with no scores every peer qualifies, so a full mesh grows past ``degree_high`` and is
+pruned every other heartbeat, each prune backing both ends off (about 250 "GRAFT: ignoring
+request ... back off" a run; meshes of 1 to 6 peers). Grafting only below the target degree
+ended that (1 to 6 such refusals a run; meshes of 4 to 6) but the probes came slower: p50
+103-129 ms against 88-109, p99 median 240 against 194 ms (7 and 11 runs). Off altogether,
+p99 492-597 ms: the meshes stay as the start made them, while few peers were connected
+(and at stop 22 the 30-member container test crawled). The churn keeps the meshes random;
+the member it now and then leaves out of every mesh is told by ``gossip_heartbeat``.
 """
 
 from __future__ import annotations
@@ -145,6 +153,15 @@ class Router(GossipSub):
             for peer in random.sample(backed_off, min(BACKED_OFF_GOSSIP, len(backed_off))):
                 to_gossip[peer][topic] = list(ids)
         return to_gossip
+
+    def mesh_state(self, topic: str) -> dict[str, int]:
+        """How ``topic``'s mesh stands: its peers, the subscribed peers, and those of them we
+        back off from grafting (``BACKOFF_SLACK_S`` included; expired backoffs are dropped, as
+        by every ``_check_back_off``). An empty mesh with every subscribed peer backed off is
+        stop 51's slow mode."""
+        subscribed = set(self.pubsub.peer_topics.get(topic, ())) if self.pubsub is not None else set()
+        return {"mesh": len(self.mesh.get(topic, ())), "subscribed": len(subscribed),
+                "backed_off": sum(1 for peer in subscribed if self._check_back_off(peer, topic))}
 
     async def _emit_control_msgs(self, peers_to_graft, peers_to_prune, peers_to_gossip) -> None:
         """The heartbeat's GRAFTs, PRUNEs and IHAVEs, one control message per peer holding that

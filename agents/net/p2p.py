@@ -79,6 +79,7 @@ GOSSIP_PROTOCOLS = [TProtocol("/meshsub/1.2.0"), TProtocol("/meshsub/1.1.0"), TP
 SYNC_PROTOCOL = TProtocol(SYNC_PROTOCOL_ID)
 PEERS_PROTOCOL = TProtocol(peer_exchange.PROTOCOL)
 DIAL_INTERVAL = 2.0
+MESH_LOG_INTERVAL = 10.0  # seconds between debug lines on the events topic's mesh (a member out of it)
 SEEN_TTL_S = 120  # gossip message ids remembered, and validation verdicts cached, this long
 # The mesh degree (target, low, high), chosen by measurement: fifty members on this 2-core
 # machine, ``bench.swarm.propagation(50, rate=1)`` (40 probes a run), the time for a probe to
@@ -191,6 +192,10 @@ class Libp2pNetwork:
                 "peers_learned": self.exchange["learned"], "peers_refused": self.exchange["refused"],
                 "peers_forgotten": self.peers.forgotten, "peer_asks_too_soon": self.exchange["too_soon"],
                 "gossip_half_open": self.half_open.mended}
+
+    def gossip_state(self) -> dict[str, int]:
+        """The events topic's mesh: its size, the peers subscribed, and those we back off from."""
+        return self._router.mesh_state(self.topic)
 
     @property
     def exchange(self) -> dict[str, int]:
@@ -330,8 +335,11 @@ class Libp2pNetwork:
         return connected - self.exchanges.strangers if self.exchanges else connected
 
     async def _dial_loop(self) -> None:
-        last_probe = trio.current_time()
+        last_probe = last_mesh_log = trio.current_time()
         while True:
+            if trio.current_time() - last_mesh_log >= MESH_LOG_INTERVAL:
+                last_mesh_log = trio.current_time()
+                log.debug("gossip mesh", **self.gossip_state())
             connected = set(self.connected_peers())
             self._hear_connections()
             for peer in connected - self._known_connected:

@@ -126,6 +126,25 @@ def test_a_peer_in_backoff_still_hears_of_messages_by_ihave() -> None:
     assert heard <= outside and len(heard) == max(6, int(len(outside) * 0.25))
 
 
+def test_mesh_state_counts_the_mesh_the_subscribed_and_the_backed_off_slack_included(monkeypatch) -> None:
+    """What a member's "gossip mesh" debug line says (``agents/net/p2p.py``; the propagation
+    benchmark counts the members it shows out of every mesh)."""
+    from agents.net import gossip_router
+
+    topic = "swarm/test/events"
+    peers = [ID(f"peer-{i}".encode()) for i in range(12)]
+    router = _router(peers, topic)
+    router.mesh = {topic: set(peers[:4])}
+    for peer in peers[4:]:
+        router._add_back_off(peer, topic, False, 1)  # one second: over, but not its slack
+    assert router.mesh_state(topic) == {"mesh": 4, "subscribed": 12, "backed_off": 8}
+    now = gossip_router._now()
+    monkeypatch.setattr(gossip_router, "_now", lambda: now + 1 + gossip_router.BACKOFF_SLACK_S)
+    assert router.mesh_state(topic) == {"mesh": 4, "subscribed": 12, "backed_off": 0}
+    router.pubsub = None  # before pubsub attaches, or after it is gone
+    assert router.mesh_state(topic) == {"mesh": 4, "subscribed": 0, "backed_off": 0}
+
+
 def _router(peers: list[ID], *topics: str):
     from types import SimpleNamespace
 
