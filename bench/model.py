@@ -8,9 +8,12 @@
    keeps that many in flight until the last ones drain). Beside them the same
    engine's grammar-free figures, one after another and with 8 clients: the ceiling
    the grammar checks leave room for, and the engine's own gain from batching on
-   this machine (the most any grammar handling could give).
-   (llama.cpp's own ``llama-batched-bench`` is not built here: it needs the 22-minute
-   server build this service exists to avoid.)
+   this machine (the most any grammar handling could give). And llama.cpp's own
+   ``llama-batched-bench`` (``make batched-bench`` builds it, one target of the
+   llama.cpp the wheel vendors, a few minutes) on the same model, threads and request
+   shape (the service's prompt tokens, the mean generated), 1, 4 and 8 sequences: the
+   ceiling of llama.cpp's batching here, grammar-free, every prompt read before any
+   generation. It runs once the service has stopped.
 2. **The swarm** (about seven minutes; ``BENCH_MODEL_PLAN=0`` skips it): ``swarm plan`` wall
    time and the whole swarm's memory (the sum of every process's PSS, so the model
    file mapped by many processes counts once), with the shared service against one
@@ -33,6 +36,7 @@ import httpx
 
 from agents.cli.plan import start_model_service, swarm_command
 from agents.llm import SHARED_PARALLEL
+from agents.llm.model_files import resolve
 from agents.llm.prompted import SPLIT_SCHEMA, SYSTEM
 
 GOALS = ("Plan a two-week trip to Japan", "Ship version 2.0 of an open-source library",
@@ -83,17 +87,19 @@ def throughput() -> None:
     print(f"model service at {url}", flush=True)
     port = int(url.rsplit(":", 1)[1].split("/")[0])
     try:
-        post(url, split_request(GOALS[0], 99))  # warm: page cache, first graph
+        prompt_tokens = post(url, split_request(GOALS[0], 99))["usage"]["prompt_tokens"]  # warm: page cache, first graph
         print(f"\n## model service throughput ({REQUESTS} of the decomposer's grammar-bound requests)")
         print("| clients (requests in flight) | seconds | tokens | tokens/s | x one after another | valid JSON |")
         print("|---|---:|---:|---:|---:|---:|")
         bodies = [split_request(GOALS[i % len(GOALS)], i) for i in range(REQUESTS)]
         base_s, base_tokens, base_valid = run_batch(url, bodies, 1)
         base_rate = base_tokens / base_s
+        served = {1: base_rate}  # grammar-bound tokens/s by requests in flight
         print(f"| one after another (baseline) | {base_s:.1f} | {base_tokens} | {base_rate:.1f} | 1.00 "
               f"| {base_valid}/{REQUESTS} |", flush=True)
         for concurrent in (4, 8):
             seconds, tokens, valid = run_batch(url, bodies, concurrent)
+            served[concurrent] = tokens / seconds
             print(f"| {concurrent} | {seconds:.1f} | {tokens} | {tokens / seconds:.1f} | "
                   f"{tokens / seconds / base_rate:.2f} | {valid}/{REQUESTS} |", flush=True)
         # the engine's own gain from batching, grammar aside: the same requests free of it, one
@@ -112,6 +118,61 @@ def throughput() -> None:
               f"{stats['grammar_fallbacks']} grammar fallbacks, peak batch {stats['peak_batch']}")
     finally:
         service.stop()
+    # after the service has stopped: its threads and KV cache leave the cores and memory to it
+    _llama_batched_bench(prompt_tokens, round(base_tokens / REQUESTS), served)
+
+
+SEQUENCES = (1, 4, 8)  # llama-batched-bench's parallel sequences: the service's rows
+
+
+def _llama_batched_bench(prompt_tokens: int, generated: int, served: dict[int, float]) -> None:
+    """llama.cpp's own ``llama-batched-bench`` on the service's model, threads and request
+    shape, printed beside the service's grammar-bound rates: generated tokens per second of
+    the whole run (prompts included, as a member's request includes its prompt), and of the
+    generation alone. Its binary comes from ``make batched-bench`` (``LLAMA_BATCHED_BENCH``)."""
+    binary = os.environ.get("LLAMA_BATCHED_BENCH", "")
+    if not binary or not Path(binary).is_file():
+        print("\n(llama.cpp's llama-batched-bench is not built: `make batched-bench`, or `make bench`, which "
+              "builds it and passes its path in LLAMA_BATCHED_BENCH)")
+        return
+    if generated < 1:
+        print("\n(llama-batched-bench not run: the service generated no tokens)")
+        return
+    threads = os.cpu_count() or 2
+    context = (prompt_tokens + generated) * max(SEQUENCES) + 256
+    command = [binary, "-m", str(resolve(None).path), "-c", str(context), "-b", "2048", "-ub", "512",
+               "-npp", str(prompt_tokens), "-ntg", str(generated), "-npl", ",".join(map(str, SEQUENCES)),
+               "-t", str(threads), "-kvu"]  # one KV cache for all sequences, as the service keeps
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    except (subprocess.TimeoutExpired, OSError) as exc:
+        print(f"\nllama-batched-bench failed ({binary}): {exc}; rebuild it with `make batched-bench` after "
+              "removing the file")
+        return
+    rows: dict[int, tuple[float, int, float]] = {}  # sequences -> (seconds, generated tokens, generation tokens/s)
+    for line in done.stdout.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 10 and cells[2].isdigit():  # | PP | TG | B | N_KV | T_PP | S_PP | T_TG | S_TG | T | S |
+            sequences, tg = int(cells[2]), int(cells[1])
+            rows[sequences] = (float(cells[8]), sequences * tg, float(cells[7]))
+    if set(rows) != set(SEQUENCES):
+        missing = ", ".join(str(n) for n in SEQUENCES if n not in rows)
+        print(f"\nllama-batched-bench gave no row for {missing} sequence(s) at once (exit {done.returncode}): "
+              f"{done.stderr.strip()[-300:]}")
+        return
+    print(f"\n## llama.cpp's own batching (`llama-batched-bench`, the same model, {threads} threads, no grammar, "
+          f"{prompt_tokens} prompt and {generated} generated tokens a sequence: the service's prompt and mean "
+          "answer; all prompts read before any generation)")
+    print("| sequences at once | seconds | generated tokens | generated tokens/s | x one sequence "
+          "| generation alone (tokens/s) | the service, as many requests in flight, share of this |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    one = rows[1][1] / rows[1][0]
+    for sequences in SEQUENCES:
+        seconds, tokens, generation = rows[sequences]
+        rate = tokens / seconds
+        share = f"{served[sequences] / rate:.2f}" if sequences in served else "-"
+        print(f"| {sequences} | {seconds:.1f} | {tokens} | {rate:.1f} | {rate / one:.2f} | {generation:.1f} "
+              f"| {share} |", flush=True)
 
 
 def _children(root: int) -> list[int]:
