@@ -110,7 +110,7 @@ def throughput() -> None:
         print(f"| one after another, no grammar | {seconds:.1f} | {tokens} | {free_rate:.1f} | "
               f"{free_rate / base_rate:.2f} | - |", flush=True)
         seconds, tokens, _ = run_batch(url, free, 8)
-        print(f"| 8, no grammar (the engine's ceiling) | {seconds:.1f} | {tokens} | {tokens / seconds:.1f} | "
+        print(f"| 8, no grammar (the service's own ceiling; llama.cpp's below) | {seconds:.1f} | {tokens} | {tokens / seconds:.1f} | "
               f"{tokens / seconds / base_rate:.2f} ({tokens / seconds / free_rate:.2f} of no grammar one "
               "after another) | - |", flush=True)
         stats = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).json()
