@@ -50,6 +50,7 @@ from bench.synthetic import AUTHORITY, CLUSTER, plan_log
 
 PROPAGATION_SIZES = tuple(int(n) for n in os.environ.get("BENCH_PROPAGATION", "4,8,16,32,50").split(","))
 PROPAGATION_RATE = 5.0  # probes a second at every size
+PROPAGATION_DRAIN_S = 5.0  # seconds the members are left to take the last probes before they stop
 PROPAGATION_RATES = tuple(float(r) for r in os.environ.get("BENCH_PROPAGATION_RATES", "1,2").split(","))
 IDLE_SIZES = tuple(int(n) for n in os.environ.get("BENCH_IDLE", "3,9,21,30,50").split(","))
 LATE_JOIN_SIZES = tuple(int(n) for n in os.environ.get("BENCH_LATE_JOIN", "1000,10000,100000,1000000").split(","))
@@ -166,7 +167,7 @@ async def _publish(procs: list[Proc], cluster: str, count: int, rate: float,
                                                       claim_lease_ms=1000, hold_limit_ms=1000, round_ms=1000))
                 sent[event.id] = time.time()
                 await trio.sleep(1 / rate)
-            await trio.sleep(5)
+            await trio.sleep(PROPAGATION_DRAIN_S)
             busy = _members_cpu(procs) - start
             nursery.cancel_scope.cancel()
     return sent, busy - idle
@@ -207,9 +208,9 @@ def propagation(members: int, count: int = 40, rate: float = PROPAGATION_RATE) -
         # never, and one that gossip brought first a delivery sync made
         arrival: dict[str, dict[str, tuple[float, str]]] = {e: {} for e in sent}
         out_of_mesh: set[str] = set()
-        # the probes' window: the first sent until the 5 s ``_publish`` waits after the last (a
-        # member still running while the others stop may well log an empty mesh after it)
-        window = (min(sent.values(), default=0.0), max(sent.values(), default=0.0) + 5)
+        # the probes' window, until the drain after the last ends (a member still running while
+        # the others stop may well log an empty mesh after it)
+        window = (min(sent.values(), default=0.0), max(sent.values(), default=0.0) + PROPAGATION_DRAIN_S)
         for proc in procs:
             for line in (proc.data_dir / "agent.log").read_text().splitlines():
                 if '"admitted"' in line:

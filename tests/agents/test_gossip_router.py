@@ -139,6 +139,8 @@ def test_mesh_state_counts_the_mesh_the_subscribed_and_the_backed_off_slack_incl
         router._add_back_off(peer, topic, False, 1)  # one second: over, but not its slack
     assert router.mesh_state(topic) == {"mesh": 4, "subscribed": 12, "backed_off": 8}
     now = gossip_router._now()
+    monkeypatch.setattr(gossip_router, "_now", lambda: now + 2)  # the backoffs over, their slack not
+    assert router.mesh_state(topic) == {"mesh": 4, "subscribed": 12, "backed_off": 8}
     monkeypatch.setattr(gossip_router, "_now", lambda: now + 1 + gossip_router.BACKOFF_SLACK_S)
     assert router.mesh_state(topic) == {"mesh": 4, "subscribed": 12, "backed_off": 0}
     router.pubsub = None  # before pubsub attaches, or after it is gone
