@@ -81,6 +81,21 @@ def run_batch(url: str, bodies: list[dict], concurrent: int) -> tuple[float, int
     return seconds, tokens, valid
 
 
+def _health(port: int) -> dict:
+    return httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).json()
+
+
+def _engine_share(port: int, before: dict) -> str:
+    """Where the service's time went since ``before`` (its ``/health``): the share it spent
+    inside ``llama_decode``, and its own time per token (sampling, grammar checks and
+    bookkeeping; of that, the grammar applied to the whole vocabulary after a refused draw)."""
+    after = _health(port)
+    busy, decode, fallback, tokens = (after[k] - before[k] for k in ("busy_s", "decode_s", "fallback_s", "tokens"))
+    tokens = max(tokens, 1)
+    return (f"{decode / max(busy, 1e-9):.0%} | {(busy - decode) * 1000 / tokens:.2f} "
+            f"({fallback * 1000 / tokens:.2f})")
+
+
 def throughput() -> None:
     service = start_model_service(Path(os.devnull), None, threads=os.cpu_count() or 2, timeout=600)
     url = service.url
@@ -89,31 +104,40 @@ def throughput() -> None:
     try:
         prompt_tokens = post(url, split_request(GOALS[0], 99))["usage"]["prompt_tokens"]  # warm: page cache, first graph
         print(f"\n## model service throughput ({REQUESTS} of the decomposer's grammar-bound requests)")
-        print("| clients (requests in flight) | seconds | tokens | tokens/s | x one after another | valid JSON |")
-        print("|---|---:|---:|---:|---:|---:|")
+        print("In llama_decode: the share of the service's stepping time spent in the engine. Service's own: "
+              "the rest, per token (sampling, grammar checks, bookkeeping); in brackets, the grammar applied "
+              "to the whole vocabulary after it refused a draw.")
+        print("| clients (requests in flight) | seconds | tokens | tokens/s | x one after another | valid JSON "
+              "| in llama_decode | service's own (ms/token) |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
         bodies = [split_request(GOALS[i % len(GOALS)], i) for i in range(REQUESTS)]
+        before = _health(port)
         base_s, base_tokens, base_valid = run_batch(url, bodies, 1)
         base_rate = base_tokens / base_s
         served = {1: base_rate}  # grammar-bound tokens/s by requests in flight
         print(f"| one after another (baseline) | {base_s:.1f} | {base_tokens} | {base_rate:.1f} | 1.00 "
-              f"| {base_valid}/{REQUESTS} |", flush=True)
+              f"| {base_valid}/{REQUESTS} | {_engine_share(port, before)} |", flush=True)
         for concurrent in (4, 8):
+            before = _health(port)
             seconds, tokens, valid = run_batch(url, bodies, concurrent)
             served[concurrent] = tokens / seconds
             print(f"| {concurrent} | {seconds:.1f} | {tokens} | {tokens / seconds:.1f} | "
-                  f"{tokens / seconds / base_rate:.2f} | {valid}/{REQUESTS} |", flush=True)
+                  f"{tokens / seconds / base_rate:.2f} | {valid}/{REQUESTS} | {_engine_share(port, before)} |",
+                  flush=True)
         # the engine's own gain from batching, grammar aside: the same requests free of it, one
         # after another and then eight at once (the second row's ratio is to the first of the two)
         free = [split_request(GOALS[i % len(GOALS)], i, grammar=False) for i in range(REQUESTS)]
+        before = _health(port)
         seconds, tokens, _ = run_batch(url, free, 1)
         free_rate = tokens / seconds
         print(f"| one after another, no grammar | {seconds:.1f} | {tokens} | {free_rate:.1f} | "
-              f"{free_rate / base_rate:.2f} | - |", flush=True)
+              f"{free_rate / base_rate:.2f} | - | {_engine_share(port, before)} |", flush=True)
+        before = _health(port)
         seconds, tokens, _ = run_batch(url, free, 8)
         print(f"| 8, no grammar (the service's own ceiling; llama.cpp's below) | {seconds:.1f} | {tokens} | {tokens / seconds:.1f} | "
               f"{tokens / seconds / base_rate:.2f} ({tokens / seconds / free_rate:.2f} of no grammar one "
-              "after another) | - |", flush=True)
-        stats = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).json()
+              f"after another) | - | {_engine_share(port, before)} |", flush=True)
+        stats = _health(port)
         print(f"\nservice: {stats['steps']} decode steps, {stats['tokens']} tokens, "
               f"{stats['grammar_fallbacks']} grammar fallbacks, peak batch {stats['peak_batch']}")
     finally:

@@ -5,11 +5,8 @@
   latency of an event is the time until the *last* member has it; the largest
   cluster again at lower rates (``BENCH_PROPAGATION_RATES=1,2``), since at 5 a
   second fifty members ask more CPU of two cores than they have.
-* catch-up: a member holding N events serves a fresh ``swarm observe`` (a late
-  joiner); the figure is the wall time of that command, beside the same command
-  against a one-event member (process start, imports, dial: the baseline), the
-  sync bytes each way, and the floor: the same events' signature checks alone on
-  every core (``BENCH_LATE_JOIN=1000,10000`` picks the sizes).
+* catch-up: a late joiner's ``swarm observe`` against members holding N events
+  (``bench.catchup``).
 * idle cost: N members of every role (scripted model, no goal) left to start, then
   the CPU each spends in a quiet window, its memory (PSS: the shared pages split
   among the processes that map them) and the peers dropped meanwhile; the 3-member
@@ -21,7 +18,6 @@
 
 from __future__ import annotations
 
-import base64
 import collections
 import json
 import os
@@ -38,23 +34,19 @@ import trio
 
 from agents.cli.plan import Proc, free_port, provision, start_agent, stop, swarm_command
 from agents.clusterdir import ClusterDir, credentials
-from agents.core.events import Event, GoalBody
-from agents.core.fold import fold
-from agents.core.identity import verify
+from agents.core.events import GoalBody
 from agents.keyfile import load_or_create
 from agents.member import Member
 from agents.net.p2p import MESH_LOG_INTERVAL, Libp2pNetwork
 from agents.net.peer_book import ACTIVE_PEERS
 from agents.store import EventStore
-from bench.synthetic import AUTHORITY, CLUSTER, plan_log
+from bench.catchup import late_joins
 
 PROPAGATION_SIZES = tuple(int(n) for n in os.environ.get("BENCH_PROPAGATION", "4,8,16,32,50").split(","))
 PROPAGATION_RATE = 5.0  # probes a second at every size
 PROPAGATION_DRAIN_S = 5.0  # seconds the members are left to take the last probes before they stop
 PROPAGATION_RATES = tuple(float(r) for r in os.environ.get("BENCH_PROPAGATION_RATES", "1,2").split(","))
 IDLE_SIZES = tuple(int(n) for n in os.environ.get("BENCH_IDLE", "3,9,21,30,50").split(","))
-LATE_JOIN_SIZES = tuple(int(n) for n in os.environ.get("BENCH_LATE_JOIN", "1000,10000,100000,1000000").split(","))
-SEVERAL_HOLDERS_EVENTS = 20_000  # a late joiner pulling from three holders at once, against one
 
 
 def _observers(root: Path, count: int, cluster: str) -> list[Proc]:
@@ -236,96 +228,6 @@ def propagation(members: int, count: int = 40, rate: float = PROPAGATION_RATE) -
                            cpu * 1000 / deliveries if deliveries else float("nan"))
 
 
-@dataclass(frozen=True)
-class CatchUp:
-    seconds: float  # the joiner's wall time, from its start to its whole, verified tree
-    bytes_in: int  # sync frame bytes the joiner received
-    bytes_out: int  # and sent
-    same_digest: bool  # the joiner's tree is the holder's
-    peak_mb: float  # the joiner's peak resident memory (ru_maxrss)
-
-
-def _log_of(events: int) -> list[Event]:
-    batch: list[Event] = []
-    for event in plan_log(goals=max(1, events // 20_000), branch=6 if events > 5000 else 3,
-                          depth=5 if events > 5000 else 4):
-        batch.append(event)
-        if len(batch) == events:
-            break
-    return batch
-
-
-def signature_floor(events: list[Event]) -> float:
-    """Seconds to check these events' signatures alone, on every core (PyNaCl drops the GIL):
-    the floor a joiner that verifies everything cannot go below."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from agents.core.decode import decode_unverified
-
-    jobs = [(e.author, decode_unverified(e.to_wire())[1], base64.b64decode(e.sig)) for e in events]
-    cores = os.cpu_count() or 1
-    chunks = [jobs[i::cores] for i in range(cores)]
-
-    def check(chunk: list) -> bool:
-        return all(verify(*job) for job in chunk)
-
-    with ThreadPoolExecutor(cores) as pool:
-        start = time.perf_counter()
-        assert all(pool.map(check, chunks))
-        return time.perf_counter() - start
-
-
-def catch_up(batch: list[Event], holders: int = 1) -> CatchUp:
-    """A late joiner (``swarm observe``) bootstrapped to ``holders`` members holding ``batch``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        digest = fold(batch).digest
-        # the log's own cluster and authority admit the holders and the late joiner
-        from agents.clusterdir import write_ticket
-        from agents.core.admission import issue
-
-        procs = []
-        for number in range(holders):
-            data_dir = root / f"holder{number}"
-            with EventStore.open(data_dir) as store:
-                store.add_many(batch)
-            peer = load_or_create(data_dir).peer_id
-            write_ticket(data_dir, issue(AUTHORITY, CLUSTER, peer, "observer"))
-            procs.append(Proc(f"holder{number}", data_dir, free_port(), peer))
-        write_ticket(root / "late", issue(AUTHORITY, CLUSTER, load_or_create(root / "late").peer_id, "observer"))
-        try:  # a holder that fails to start stops those started before it
-            for holder in procs:
-                start_agent(holder, "observer", procs, cluster=CLUSTER)
-            for holder in procs:
-                while not (holder.data_dir / "addrs").exists():
-                    time.sleep(0.1)
-            with open(root / "late.err", "w+") as errors:
-                start = time.perf_counter()
-                joiner = subprocess.Popen([*swarm_command(), "observe", "--timeout", "600", "--cluster", CLUSTER,
-                                           "--no-mdns", "--listen", "/ip4/127.0.0.1/tcp/0",
-                                           *(arg for holder in procs for arg in ("--bootstrap", holder.address)),
-                                           "--data-dir", str(root / "late"), "--json", str(root / "late.json")],
-                                          stdout=subprocess.DEVNULL, stderr=errors)
-                try:
-                    _, status, usage = os.wait4(joiner.pid, 0)  # its own peak RSS, not all children's
-                except BaseException:  # an interrupted bench leaves no joiner behind
-                    joiner.kill()
-                    joiner.wait()
-                    raise
-                elapsed = time.perf_counter() - start
-                joiner.returncode = os.waitstatus_to_exitcode(status)
-                errors.seek(0)
-                if joiner.returncode != 0:
-                    raise RuntimeError(errors.read()[-2000:])
-        finally:
-            stop(procs)
-        with EventStore.open(root / "late") as store:
-            assert store.count() == len(batch), (store.count(), len(batch))
-        report = json.loads((root / "late.json").read_text())
-        return CatchUp(elapsed, report["sync"]["bytes_in"], report["sync"]["bytes_out"], report["digest"] == digest,
-                       usage.ru_maxrss / 1024)
-
-
 def democracy(latency: float = 0.5) -> tuple[float, float, int, int]:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
@@ -399,35 +301,6 @@ def idle_cost(members: int, window: float = 20.0) -> IdleCost:
                     statistics.median(before))
 
 
-def late_joins() -> None:
-    print("\n### late joiner catch-up by sync alone (`swarm observe`, one-shot, from one holder on this machine)")
-    print("The floor: the same events' signature checks alone, on every core, measured in this run.")
-    base = catch_up(_log_of(1))
-    print("| events | joiner wall (s) | minus 1-event run (s) | signature floor (s) | vs floor | received (MB) "
-          "| sent (KB) | joiner peak RSS (MB) | same digest |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|:---:|")
-    print(f"| 1 (baseline: start, dial, exit) | {base.seconds:.1f} | - | - | - | - | - | {base.peak_mb:.0f} "
-          f"| {base.same_digest} |", flush=True)
-    for events in LATE_JOIN_SIZES:
-        batch = _log_of(events)
-        floor = signature_floor(batch)
-        run = catch_up(batch)
-        net = max(run.seconds - base.seconds, 1e-3)
-        print(f"| {events:,} | {run.seconds:.1f} | {net:.1f} | {floor:.2f} | {net / floor:.1f}x "
-              f"| {run.bytes_in / 1e6:.1f} | {run.bytes_out / 1e3:.0f} | {run.peak_mb:.0f} | {run.same_digest} |", flush=True)
-        assert run.same_digest, f"the late joiner's tree differs from the holder's at {events} events"
-    print("\nFrom three holders at once (its pulls split the events: `agents/pull_claims.py`), against one, "
-          f"{SEVERAL_HOLDERS_EVENTS:,} events:")
-    print("| holders | joiner wall (s) | received (MB) | vs one holder (wall, bytes) | same digest |")
-    print("|---:|---:|---:|---:|:---:|")
-    batch = _log_of(SEVERAL_HOLDERS_EVENTS)
-    one = catch_up(batch)
-    for holders, run in ((1, one), (3, catch_up(batch, holders=3))):
-        print(f"| {holders} | {run.seconds:.1f} | {run.bytes_in / 1e6:.1f} | {run.seconds / one.seconds:.2f}x, "
-              f"{run.bytes_in / one.bytes_in:.2f}x | {run.same_digest} |", flush=True)
-        assert run.same_digest, f"the late joiner's tree differs from the holders' ({holders} holders)"
-
-
 def main() -> None:
     from agents import logs
 
@@ -467,7 +340,7 @@ def main() -> None:
         print(f"| {members} | {idle.cpu_pct:.1f} | {idle.cpu_pct / base_cpu:.1f}x | {idle.all_pct:.0f} | "
               f"{idle.pss_mb:.0f} | {idle.drops} | {idle.start_s:.0f} | {idle.start_cpu_s:.1f} |", flush=True)
 
-    late_joins()
+    late_joins()  # bench.catchup
 
     print("\n### price of democracy (`swarm plan`, 3/3/3, quorum 2, scripted 0.5 s mean per call)")
     wall, sequential, needed, made = democracy(0.5)

@@ -120,7 +120,12 @@ class BatchedModel:
         self._waiting: list[_Request] = []
         self._free_slots = list(range(slots))
         self._closed = False
-        self.stats = {"steps": 0, "tokens": 0, "grammar_fallbacks": 0, "abandoned": 0, "busy_s": 0.0, "peak_batch": 0}
+        # busy_s: stepping; decode_s: inside llama_decode (the engine); fallback_s: the grammar
+        # applied to the whole vocabulary after it refused a draw. What busy_s holds beyond
+        # decode_s is this loop's own cost (sampling, grammar, bookkeeping): ``bench.model``
+        # prints it per token beside the engine's share
+        self.stats = {"steps": 0, "tokens": 0, "grammar_fallbacks": 0, "abandoned": 0, "busy_s": 0.0,
+                      "decode_s": 0.0, "fallback_s": 0.0, "peak_batch": 0}
         self._thread = threading.Thread(target=self._loop, name="batched-model", daemon=True)
         self._thread.start()
 
@@ -262,7 +267,9 @@ class BatchedModel:
         batch.n_tokens = n
         together = sum(1 for request in self._running if request.logits_at >= 0 or request.fed > 0)
         self.stats["peak_batch"] = max(self.stats["peak_batch"], together)
+        decoding = time.monotonic()
         status = lib.llama_decode(self._ctx, batch)
+        self.stats["decode_s"] += time.monotonic() - decoding
         self.stats["steps"] += 1
         if status != 0:
             for request in list(self._running):
@@ -280,7 +287,9 @@ class BatchedModel:
                 lib.llama_sampler_accept(request.grammar_sampler, token)
             else:
                 self.stats["grammar_fallbacks"] += 1
+                refused = time.monotonic()
                 token = lib.llama_sampler_sample(request.full_chain, self._ctx, index)  # accepts it too
+                self.stats["fallback_s"] += time.monotonic() - refused
         self.stats["tokens"] += 1
         if lib.llama_vocab_is_eog(self._vocab, token):
             self._finish(request, finish_reason="stop")
