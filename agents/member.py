@@ -4,10 +4,11 @@ Everything runs under one nursery (``Member.run``):
 
 * **receive**: gossip payloads go through the intake (verify, drift hold); new
   events are stored and indexed, and the tree is folded again;
-* **sync** (``agents.syncing``): pull from a new connection, from the next few
-  peers of a rotation every ``SYNC_INTERVAL`` on average (``QUIET_SYNC_INTERVAL`` once no pull
-  has brought anything new for ``QUIET_AFTER``), and at once when the fold shows a
-  gap in a feed; serve other members' pulls;
+* **sync** (``agents.syncing``; when and from whom: ``agents.sync_schedule``): pull
+  from a new connection, from the next few peers of a rotation every ``SYNC_INTERVAL``
+  on average (``QUIET_SYNC_INTERVAL`` once no pull has brought anything new for
+  ``QUIET_AFTER``), and at once when the fold shows a gap in a feed; serve other
+  members' pulls;
 * **act** (``agents.acting``; every role but the observer and the client): ask the role's policy
   what to do given the tree and our hybrid clock, and carry the intents out: claims
   and renewals at once, model calls one at a time in a worker thread;
@@ -63,6 +64,7 @@ from agents.roles import Intent, Me, calls_at_once
 from agents.roles.compose import EventBody
 from agents.showlog import ShowLog
 from agents.store import DiskFailed, EventStore, StoreError
+from agents.sync_schedule import SyncSchedule
 from agents.syncing import REFUSED_QUIET, MemberSync
 
 log = structlog.get_logger("swarm.member")
@@ -119,7 +121,7 @@ class MemberStats:
     store_errors: int = 0  # writes the store refused (a full disk): nothing was acknowledged
 
 
-class Member(MemberSync, MemberActing):
+class Member(MemberSync, SyncSchedule, MemberActing):
     def __init__(
         self,
         credentials: Credentials,

@@ -1,57 +1,27 @@
-"""The sync side of a member: serving pulls, pulling, and the schedule of both.
+"""The sync side of a member: serving pulls and pulling, and the parameters of both.
 
 A mixin of ``agents.member.Member`` (it shares the member's index, intake, stats and
-log); it holds what decides *when* and *from whom* a member pulls, and how long a
-conversation may run, apart from what the member does with events once they are in.
+log); it holds how a pull and a serve run and how long a conversation may, apart from
+what the member does with events once they are in. *When* and *from whom* it pulls is
+``agents.sync_schedule`` (its parameters are here, beside the deadlines they are
+measured against).
 
 * each pull runs on its own task, one at a time per peer, and is dropped after
   ``PULL_DEADLINE`` without a frame (``PULL_LIMIT`` in all);
-* every ``SYNC_INTERVAL`` on average the member pulls from the next ``SYNC_FANOUT`` peers of a
-  rotation of its own, and from a new connection while fewer pulls run; once no pull has
-  brought it anything new for ``QUIET_AFTER``, only every ``QUIET_SYNC_INTERVAL``. The
-  rotation is the repair of what gossip lost, so what gossip delivers does not quicken it:
-  while gossip keeps up (an idle cluster, or a busy one whose gossip loses nothing) its pulls
-  find nothing and were most of what a member cost. A pull that brings something new (gossip
-  lost it: a lossy link, a heal, a joiner; or one that merely beat gossip to it) brings the
-  short interval back; a gap in a feed still pulls at once, and so do a new connection and a
-  status saying a peer holds more, and a muted member or one with such peers left to pull
-  is never quiet (unless its store refuses writes, a full disk: then it pulls only every
-  ``QUIET_SYNC_INTERVAL``, what it pulled could not be kept). The price: an author's *last*
-  event that gossip lost (no later event of its shows the gap) reaches the others through
-  statuses (its count above theirs: the next of its heartbeats, ``heartbeat_every``) or the
-  quiet rotation, not within the 3 s rounds that any gossiped event used to buy.
-  Measured (stop 43's note): fifty members on two cores, ``bench.swarm.propagation(50)``,
-  members' CPU per delivery 8.0, 8.8, 11.5 ms (p99 702, 539, 932 ms) when every new event
-  quickened the rotation, 5.6 ms (p99 355 ms) with this rule, and 12.8 ms (p99 2,759 ms) in
-  a run where one member's gossip failed and sync brought it 23 of the 40 probes;
-* a peer whose status says it holds more events than this member does is pulled from at
-  once (``peer_holds``): a member left behind when the plan went quiet (its gossip lost
-  to a starved machine) learns so from the next heartbeat, not from the slow rotation.
-  Such peers take at most ``SYNC_FANOUT - 1`` places of a round, the rotation the rest:
-  a status may lie, and a liar buys no more than a pull from itself per ``SYNC_INTERVAL``
-  (one place in a round, and a round every ``SYNC_INTERVAL`` while the member is quiet);
 * pulls running at once split what they fetch (``agents.pull_claims``), so a joiner
   catching up from several peers takes each event about once, and pulls ending together
   fold once (``_fold_after``: the last to end folds, or the sync loop within
   ``LATEST_WAKE``, ``sync_all`` before it returns, ``Member.close``, and
   ``_learned_own_feed`` before it reads the tree);
-* the sync loop wakes every ``SYNC_INTERVAL`` on average, each wake drawn apart by
-  ``WAKE_JITTER`` (``agents.beats``): members started together, or gone quiet together when a
-  plan ended, woke in the same second and pulled all at once (fifty members: 75 pulls in one
-  second every ``QUIET_SYNC_INTERVAL``, both cores saturated, and a probe gossiped then was
-  seconds late);
 * at most ``MAX_SERVING`` streams are served at once.
 """
 
 from __future__ import annotations
 
-import bisect
-import hashlib
 from concurrent.futures import Future
 
 import trio
 
-from agents.beats import Beats
 from agents.core.events import Event, EventRefused
 from agents.decoding import Decoded, FramePipeline
 from agents.net.base import FrameTooLarge, MeteredStream, PeerStream, StreamClosed
@@ -73,15 +43,15 @@ STORE_EVERY = 4096  # synced events stored per transaction (a commit was an fsyn
 STORE_AFTER_S = 1.0  # and stored at least this often: other pulls leave what one holds to it
 OTHERS_MOVING_S = 1.0  # a pull ending while another moved this recently leaves the fold to it
 MAX_SERVING = 16  # sync streams served at once: each may hold one frame in reassembly
-WAKE_JITTER = 0.5  # a sync wake comes after SYNC_INTERVAL times 1 +- this (uniform): see the docstring
+WAKE_JITTER = 0.5  # a sync wake comes after SYNC_INTERVAL times 1 +- this (uniform): see ``agents.sync_schedule``
 LATEST_WAKE = SYNC_INTERVAL * (1 + WAKE_JITTER)  # the longest the sync loop sleeps between wakes
 
 
 class MemberSync:
     """Sync for ``Member``: see the module's docstring. Its state (``_pulling``, ``_pull_done``,
-    ``_sync_rounds``, ``_wedged``, ``_pull_after``, ``_ring_keys``, ``repaired_at``, ``store_refused_at``, ``_pull_wanted``,
-    ``_asked_pull``, ``_claims``, ``_fold_owed``, ``_ending``, ``goals_stored``, ``goals_synced``,
-    ``_disk_failed``) is set by ``Member.__init__``."""
+    ``_sync_rounds``, ``_wedged``, ``repaired_at``, ``store_refused_at``, ``_claims``, ``_fold_owed``,
+    ``_ending``, ``goals_stored``, ``goals_synced``, ``_disk_failed``; the schedule's:
+    ``agents.sync_schedule``) is set by ``Member.__init__``."""
 
     async def _serve(self, stream: PeerStream) -> None:
         if self._serving >= MAX_SERVING:  # what peers can make us buffer stays bounded
@@ -153,20 +123,6 @@ class MemberSync:
             else:
                 await trio.to_thread.run_sync(self.store.sync)
             self.goals_synced = max(self.goals_synced, covered)
-
-    def peer_holds(self, peer: str, events: int) -> None:
-        """``peer`` says (a believed status) that it holds ``events`` events: if that is more
-        than this member holds, it lacks some of them; pull from that peer at the next wake."""
-        now = trio.current_time()
-        if now - self.store_refused_at < REFUSED_QUIET:
-            return  # what it would pull cannot be stored yet: the quiet rotation pulls once it can
-        if events > len(self.index) and now - self._asked_pull.get(peer, float("-inf")) >= SYNC_INTERVAL \
-                and peer in self.network.connected_peers():
-            if len(self._asked_pull) > 4096:  # peers come and go: keep the memo bounded
-                self._asked_pull.clear()
-            self._asked_pull[peer] = now
-            self._pull_wanted.add(peer)
-            self.sync_now.set()
 
     async def _pull_counted(self, peer: str) -> tuple[int, int]:
         """Pull what ``peer`` has and we lack: the new events stored, and how many it left to
@@ -392,99 +348,6 @@ class MemberSync:
             self._log.warning("sync round cut short: a pull outlived its deadline")
         return sum(counts)
 
-    async def _connection_loop(self, nursery: trio.Nursery) -> None:
-        """A newly connected peer (a start, a heal) is pulled from at once, unless
-        ``SYNC_FANOUT`` pulls already run: a member joining fifty peers asks three, not fifty,
-        for the same events; the rotation reaches the others."""
-        async for peer in self.network.connections:
-            if len(self._pulling) < SYNC_FANOUT:
-                self._start_pull(nursery, peer)
-
-    async def _sync_loop(self, nursery: trio.Nursery) -> None:
-        """Every ``SYNC_INTERVAL`` (sooner when asked; every ``QUIET_SYNC_INTERVAL`` while
-        pulls bring nothing new), pull from the next ``SYNC_FANOUT`` connected peers in this
-        member's rotation (``_next_pulls``), so the pulls a cluster makes grow with its
-        members, not with their square. Pulls are never awaited together: one that cannot be
-        cancelled (a transport that shields its cleanup from us) holds up its own peer and no
-        other."""
-        last_round = trio.current_time() - QUIET_SYNC_INTERVAL  # the first round comes at the first wake
-        wakes = Beats(self.network.peer_id, "sync wakes", WAKE_JITTER)
-        while True:
-            with trio.move_on_after(wakes.next(SYNC_INTERVAL)) as wait:
-                await self.sync_now.wait()
-            self._drop_wedged_pulls()  # at every wake, quiet or not
-            if self._fold_owed:  # a fold a pull left to others, or a show put off: never more than this late
-                self._refold()
-            now = trio.current_time()
-            # a muted member (its store behind its own feed) waits for its own events, and one
-            # with peers still to pull from for holding more: neither is quiet
-            if wait.cancelled_caught and now - self.repaired_at > QUIET_AFTER and not self.mute \
-                    and not self._pull_wanted and now - last_round < QUIET_SYNC_INTERVAL:
-                continue  # quiet: nothing to look for yet
-            if now - self.store_refused_at < REFUSED_QUIET and now - last_round < QUIET_SYNC_INTERVAL:
-                self.sync_now = trio.Event()  # a wake asked for (a gap) is let go: its store
-                continue  # refuses writes, nothing pulled could be kept (a new connection still pulls)
-            last_round = now
-            self.sync_now = trio.Event()
-            self.stats.sync_rounds += 1
-            connected = self.network.connected_peers()
-            # peers known to hold more first, but never every slot: a status may lie, and
-            # the rotation must still reach every peer
-            ahead = sorted(peer for peer in self._pull_wanted.intersection(connected) if peer not in self._pulling)
-            ahead = ahead[:SYNC_FANOUT - 1]
-            self._pull_wanted.difference_update(ahead)  # the rest wait for the next round
-            self._pull_wanted.intersection_update(connected)
-            for peer in ahead:
-                self._start_pull(nursery, peer)
-            for peer in self._next_pulls(connected, SYNC_FANOUT - len(ahead)):
-                self._start_pull(nursery, peer)
-
-    def _next_pulls(self, connected: list[str], count: int = SYNC_FANOUT) -> list[str]:
-        """The next ``count`` peers with no pull running, in a rotation over the connected
-        peers that every member orders its own way (by a hash of its id and theirs), so that
-        no peer is everyone's first choice. The rotation goes on from the last peer chosen,
-        by its key, not by a position: peers joining or leaving make it skip nobody. Every
-        connected peer is reached within ceil(peers / SYNC_FANOUT) rounds (within ``peers``
-        rounds while statuses take places: see ``peer_holds``); no random source, no
-        arrival order."""
-        ring = sorted((self._ring_key(peer), peer) for peer in connected)
-        start = bisect.bisect_right([key for key, _ in ring], self._pull_after)
-        chosen: list[str] = []
-        for key, peer in ring[start:] + ring[:start]:
-            if peer not in self._pulling:
-                chosen.append(peer)
-                self._pull_after = key
-                if len(chosen) == count:
-                    break
-        return chosen
-
-    def _ring_key(self, peer: str) -> bytes:
-        key = self._ring_keys.get(peer)
-        if key is None:
-            if len(self._ring_keys) > 4096:  # peers come and go: keep the memo bounded
-                self._ring_keys.clear()
-            key = self._ring_keys[peer] = hashlib.sha256(self.network.peer_id.encode() + peer.encode()).digest()
-        return key
-
-    def _start_pull(self, nursery: trio.Nursery, peer: str) -> None:
-        """Start a pull from ``peer`` unless one is running."""
-        if peer not in self._pull_done:
-            nursery.start_soon(self._pull_registered, peer, self._register_pull(peer))
-
-    def _drop_wedged_pulls(self) -> None:
-        """A pull that has not moved for ``WEDGED_AFTER`` ignored its deadline: drop its
-        peer's connection (once) to break it, unless this process itself stalled meanwhile (at
-        a wake every pull in flight looks old; the adapter's open rule says the same)."""
-        now = trio.current_time()
-        for peer, moved in list(self._pulling.items()):
-            if now - moved > WEDGED_AFTER and peer not in self._wedged \
-                    and not self.network.stalled_since(now - WEDGED_AFTER):
-                self._wedged.add(peer)
-                self.stats.sync_timeouts += 1
-                self._log.warning("sync pull wedged: it outlived its deadline; dropping the connection",
-                                  peer=peer[-8:], still_s=round(now - moved, 1))
-                self.network.drop(peer)
-
 
 __all__ = ["LATEST_WAKE", "MAX_SERVING", "PULL_DEADLINE", "PULL_LIMIT", "QUIET_AFTER", "QUIET_SYNC_INTERVAL",
-           "SYNC_FANOUT", "SYNC_INTERVAL", "WAKE_JITTER", "WEDGED_AFTER", "MemberSync"]
+           "REFUSED_QUIET", "SYNC_FANOUT", "SYNC_INTERVAL", "WAKE_JITTER", "WEDGED_AFTER", "MemberSync"]
