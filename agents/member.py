@@ -2,8 +2,8 @@
 
 Everything runs under one nursery (``Member.run``):
 
-* **receive**: gossip payloads go through the intake (verify, drift hold); new
-  events are stored and indexed, and the tree is folded again;
+* **receive** (``agents.receiving``): gossip payloads go through the intake (verify,
+  drift hold); new events are stored and indexed, and the tree is folded again;
 * **sync** (``agents.syncing``; when and from whom: ``agents.sync_schedule``): pull
   from a new connection, from the next few peers of a rotation every ``SYNC_INTERVAL``
   on average (``QUIET_SYNC_INTERVAL`` once no pull has brought anything new for

@@ -58,7 +58,7 @@ class SyncSchedule:
     """The sync schedule for ``Member``: see the module's docstring. Its state (``_pulling``,
     ``_pull_done``, ``_pull_wanted``, ``_asked_pull``, ``_pull_after``, ``_ring_keys``,
     ``_wedged``, ``repaired_at``, ``store_refused_at``, ``sync_now``) is set by
-    ``Member.__init__``."""
+    ``Member.__init__``; the pulls it starts run in ``agents.syncing.MemberSync``."""
 
     def peer_holds(self, peer: str, events: int) -> None:
         """``peer`` says (a believed status) that it holds ``events`` events: if that is more

@@ -49,9 +49,9 @@ LATEST_WAKE = SYNC_INTERVAL * (1 + WAKE_JITTER)  # the longest the sync loop sle
 
 class MemberSync:
     """Sync for ``Member``: see the module's docstring. Its state (``_pulling``, ``_pull_done``,
-    ``_sync_rounds``, ``_wedged``, ``repaired_at``, ``store_refused_at``, ``_claims``, ``_fold_owed``,
-    ``_ending``, ``goals_stored``, ``goals_synced``, ``_disk_failed``; the schedule's:
-    ``agents.sync_schedule``) is set by ``Member.__init__``."""
+    ``_sync_rounds``, ``_wedged``, ``_claims``, ``_fold_owed``, ``_ending``, ``goals_stored``,
+    ``goals_synced``, ``_disk_failed``; the schedule's: ``agents.sync_schedule``) is set by
+    ``Member.__init__``; what a pull stores goes in through ``agents.receiving``."""
 
     async def _serve(self, stream: PeerStream) -> None:
         if self._serving >= MAX_SERVING:  # what peers can make us buffer stays bounded

@@ -8,13 +8,14 @@ start to its whole, verified tree, beside:
   baseline), and the sync bytes each way;
 * the floor: the same events' signature checks alone on every core, measured in the
   run (PyNaCl drops the GIL, so threads use every core);
-* the machine's CPU while the joiner ran, all cores and every process together (the
-  joiner, its verifier children, the holder serving it), and what that work needs at
-  the least on this machine's cores: its CPU seconds divided by the cores. No schedule
-  of the same work finishes sooner; only less work does. On two cores a 100k-event
-  join took 10.2-11.6 CPU seconds, its start included (stop 53's note): 5.1-5.8 s at the
-  least, against 7.4-8.5 s of wall, the cores 67-70% busy (one of two idle through the
-  final fold).
+* the whole machine's CPU while the joiner ran, every core and every process together:
+  on an otherwise idle machine (as ``make bench`` wants it), the joiner, its verifier
+  children and the holder serving it. Divided by the cores (``os.cpu_count()``), it is the
+  least wall time that work can take here: no schedule of the same work finishes sooner,
+  only less work does. On two cores a 100k-event join took 10.2-12.3 CPU seconds, its
+  start included (stop 53's note; the machine's speed varied through the day): 5.1-6.2 s
+  at the least, against 7.4-9.1 s of wall, the cores 67-70% busy in every run (one of two
+  idle through the start and the final fold).
 
 ``BENCH_LATE_JOIN=1000,10000`` picks the sizes.
 """
@@ -59,10 +60,12 @@ class CatchUp:
 
 
 def machine_cpu_seconds() -> float:
-    """CPU seconds every core of this machine has spent busy since it booted (``/proc/stat``:
-    all but idle and iowait), every process's together."""
+    """CPU seconds every core of this machine has spent working since it booted, every
+    process's together (``/proc/stat``: user, nice, system, irq and softirq; not idle,
+    iowait, nor steal, a hypervisor's time for others; guest time is inside user's)."""
     fields = [int(n) for n in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def log_of(events: int) -> list[Event]:
@@ -148,8 +151,9 @@ def catch_up(batch: list[Event], holders: int = 1) -> CatchUp:
 def late_joins() -> None:
     print("\n### late joiner catch-up by sync alone (`swarm observe`, one-shot, from one holder on this machine)")
     print("The floor: the same events' signature checks alone, on every core, measured in this run. Machine CPU: "
-          "every core's busy time while the joiner ran (the joiner, its verifier children, the holder serving it); "
-          f"divided by the {CORES} cores, the least time that work can take here, however it is scheduled.")
+          "the whole machine's, every core's, while the joiner ran (on an idle machine: the joiner, its verifier "
+          f"children, the holder serving it); divided by the {CORES} cores, the least time that work can take here, "
+          "however it is scheduled.")
     base = catch_up(log_of(1))
     print("| events | joiner wall (s) | minus 1-event run (s) | signature floor (s) | vs floor | received (MB) "
           "| sent (KB) | joiner peak RSS (MB) | machine CPU (s) | cores busy | least wall for that CPU (s) "

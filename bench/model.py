@@ -86,9 +86,11 @@ def _health(port: int) -> dict:
 
 
 def _engine_share(port: int, before: dict) -> str:
-    """Where the service's time went since ``before`` (its ``/health``): the share it spent
-    inside ``llama_decode``, and its own time per token (sampling, grammar checks and
-    bookkeeping; of that, the grammar applied to the whole vocabulary after a refused draw)."""
+    """Where the service's stepping time went since ``before`` (its ``/health``): the share
+    inside ``llama_decode``, and the decode loop's own time per token (sampling, grammar
+    checks and bookkeeping; of that, the grammar applied to the whole vocabulary after a
+    refused draw). Not counted: admitting a request (its template, tokens and grammar) and
+    the HTTP around it."""
     after = _health(port)
     busy, decode, fallback, tokens = (after[k] - before[k] for k in ("busy_s", "decode_s", "fallback_s", "tokens"))
     tokens = max(tokens, 1)
@@ -104,11 +106,11 @@ def throughput() -> None:
     try:
         prompt_tokens = post(url, split_request(GOALS[0], 99))["usage"]["prompt_tokens"]  # warm: page cache, first graph
         print(f"\n## model service throughput ({REQUESTS} of the decomposer's grammar-bound requests)")
-        print("In llama_decode: the share of the service's stepping time spent in the engine. Service's own: "
+        print("In llama_decode: the share of the service's stepping time spent in the engine. Loop's own: "
               "the rest, per token (sampling, grammar checks, bookkeeping); in brackets, the grammar applied "
-              "to the whole vocabulary after it refused a draw.")
+              "to the whole vocabulary after it refused a draw. Admitting requests and HTTP are in neither.")
         print("| clients (requests in flight) | seconds | tokens | tokens/s | x one after another | valid JSON "
-              "| in llama_decode | service's own (ms/token) |")
+              "| in llama_decode | loop's own (ms/token) |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|")
         bodies = [split_request(GOALS[i % len(GOALS)], i) for i in range(REQUESTS)]
         before = _health(port)

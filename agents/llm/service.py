@@ -160,7 +160,7 @@ def _handler_for(service: ModelService) -> type[BaseHTTPRequestHandler]:
                 alive = service.model.alive
                 self._send(200 if alive else 503, {"status": "ok" if alive else "model stopped", "model": service.name, "slots": service.model.slots,
                                  "busy": service.model.busy, "served": service.served, "failed": service.failed,
-                                 **{k: round(v, 2) if isinstance(v, float) else v
+                                 **{k: round(v, 4) if isinstance(v, float) else v
                                     for k, v in service.model.stats.items()}})
             elif self.path == "/v1/models":
                 self._send(200, {"object": "list", "data": [{"id": service.name, "object": "model"}]})

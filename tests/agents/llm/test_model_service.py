@@ -74,8 +74,9 @@ def test_eight_concurrent_grammar_bound_requests_are_decoded_together_and_each_i
     # where the stepping time went (``bench.model`` prints it): the engine's share within the
     # service's, the grammar's fallbacks within the rest
     busy, decode, fallback = (after[k] - before[k] for k in ("busy_s", "decode_s", "fallback_s"))
-    assert 0 < decode <= busy
-    assert 0 <= fallback <= busy - decode + 0.01  # /health rounds each to 10 ms
+    assert 0 < decode < busy  # sampling, at the least, is the loop's own
+    assert fallback <= busy - decode
+    assert (fallback > 0) == (after["grammar_fallbacks"] > before["grammar_fallbacks"])
 
 
 def test_a_request_past_its_timeout_is_abandoned_without_holding_up_the_others(service) -> None:
