@@ -48,8 +48,8 @@ from agents.core.admission import Credentials
 from agents.core.author import Author
 from agents.core.clock import HybridClock
 from agents.core.events import AnyBody, Event
-from agents.core.fold import fold
 from agents.core.intake import Intake
+from agents.core.livefold import LiveFold
 from agents.core.sync import EventIndex
 from agents.core.transitions import Transition, changes
 from agents.core.tree import PlanTree
@@ -182,7 +182,10 @@ class Member(MemberReceiving, MemberSync, SyncSchedule, MemberActing):
             # member signs nothing until its own feed is whole (``agents.ownfeed``).
             for event in self.index.events():
                 self.clock.restore(event.ts)
-            self.tree: PlanTree = fold(self.index.events())
+            # the tree, kept folded as events come (``agents.core.livefold``): each batch refolds
+            # only what it changes, not the whole set
+            self.live = LiveFold(self.index.events())
+            self.tree: PlanTree = self.live.tree()
             self._heap.held(len(self.index))
         self.own = OwnFeed(self.author, feed_head_path, new_key) if self.author is not None else None
         self._on_transition = on_transition
@@ -266,7 +269,7 @@ class Member(MemberReceiving, MemberSync, SyncSchedule, MemberActing):
         self._fold_owed = False
         self._folded_index = len(self.index)
         with settled():
-            tree = fold(self.index.events())
+            tree = self.live.tree()
         shown = list(changes(self.tree, tree))
         if shown:  # what it shows is final: on the disk first, or a power cut could take it back
             self.store.sync()

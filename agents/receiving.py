@@ -78,6 +78,7 @@ class MemberReceiving:
             if via == "sync":  # gossip had not brought it: the rotation stays quick a while
                 self.repaired_at = trio.current_time()
             self.index.add_all(events)
+            self.live.add(events)
             if any(event.kind == "goal" for event in events):
                 self.goals_stored += 1  # on the disk before a summary lists it: ``goals_on_disk``
             self._heap.held(added)

@@ -1,4 +1,5 @@
-"""``make bench``: fold throughput, the time to replay a 100k-event log, simulated seeds/min
+"""``make bench``: fold throughput, the fold kept up to date as events come (``LiveFold``) against
+one from scratch, the time to replay a 100k-event log, simulated seeds/min
 (``bench.sim``), the price of final decisions (``bench.finality``), the shared model service (``bench.model``), the networked swarm
 (``bench.swarm``) and the container lab (``bench.lab``).
 
@@ -15,11 +16,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
 from agents.core.decode import decode_event
 from agents.core.fold import fold
+from agents.core.livefold import LiveFold
 from bench.synthetic import plan_log
 from chaos.sim.plan import simulate_plan
 from chaos.sim.runner import quiet_logs
@@ -63,6 +66,23 @@ def main() -> None:
         lab.main()
 
 
+def _fold_memory(events: list) -> tuple[float, float]:
+    """MB held by a ``LiveFold`` of ``events`` with its tree, and by a tree folded from scratch."""
+    tracemalloc.start()
+    try:
+        live = LiveFold(events)
+        live.tree()
+        held = tracemalloc.get_traced_memory()[0]
+        del live
+        tracemalloc.clear_traces()
+        tree = fold(events)
+        alone = tracemalloc.get_traced_memory()[0]
+        del tree
+    finally:
+        tracemalloc.stop()
+    return held / 1e6, alone / 1e6
+
+
 def core() -> None:
     print(f"# swarm-plan benchmarks (median of {REPEATS})\n", flush=True)
     start = time.perf_counter()
@@ -78,6 +98,26 @@ def core() -> None:
         subset = events[:size]
         seconds = median_seconds(lambda subset=subset: fold(subset))
         print(f"| {size:,} | {seconds:.3f} | {size / seconds:,.0f} |", flush=True)
+
+    print("\n## one more event, N held: the fold kept up to date (what a member does) against one from scratch")
+    print("| events held | from scratch (ms) | kept up to date (ms, median of 50 events) | x faster |")
+    print("|---:|---:|---:|---:|")
+    for size in (1_000, 10_000, 100_000):
+        held, arriving = events[:size], events[size:size + 50]
+        scratch = median_seconds(lambda held=held, arriving=arriving: fold(held + arriving[:1]))
+        live = LiveFold(held)
+        live.tree()
+        times = []
+        for event in arriving:
+            start = time.perf_counter()
+            live.add([event])
+            live.tree()
+            times.append(time.perf_counter() - start)
+        kept = statistics.median(times)
+        print(f"| {size:,} | {scratch * 1000:.0f} | {kept * 1000:.1f} | {scratch / kept:.0f} |", flush=True)
+    held_mb, tree_mb = _fold_memory(events[:100_000])
+    print(f"\nmemory at 100,000 events: a LiveFold and its tree hold {held_mb:.0f} MB, a tree alone "
+          f"{tree_mb:.0f} MB (the price of not folding from scratch; tracemalloc)", flush=True)
 
     print("\n## replay of the full log (decode + verify every signature + fold)")
     baseline = median_seconds(lambda: [json.loads(line) for line in lines])

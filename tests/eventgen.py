@@ -46,6 +46,7 @@ class Universe:
     roster: tuple[str, ...]
     equivocators: frozenset[str]
     tolerated: int  # f = 2q - n - 1
+    feeds: dict[str, Feed] = field(default_factory=dict)  # every author, by peer id: to sign more
 
     @property
     def within_tolerance(self) -> bool:
@@ -215,4 +216,5 @@ def universes(draw: st.DrawFn, max_scorers: int = 5) -> Universe:
                 best = sorted(drafts, key=lambda d: -w.approvals.get((child, d.id), 0))[:1]
                 leaves += [c for d in best for c, _ in _children(d)]
     _leaves(w, executors, leaves)
-    return Universe(w.events, quorum, roster, frozenset(w.forked), tolerated)
+    feeds = {f.peer_id: f for f in (client, *scorers, *decomposers, *executors)}
+    return Universe(w.events, quorum, roster, frozenset(w.forked), tolerated, feeds)

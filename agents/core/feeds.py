@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agents.core.events import Event
 
@@ -51,7 +51,7 @@ class Feeds:
     parent: dict[str, str]  # event id -> id of its predecessor in the feed (for events past seq 1)
 
 
-def _link_rule(event: Event, before: Event) -> tuple[str, str] | None:
+def link_rule(event: Event, before: Event) -> tuple[str, str] | None:
     """(rule, detail) when ``event`` cannot follow ``before`` in a feed."""
     if event.seq != before.seq + 1:
         return "chain", f"seq {event.seq} cites an event at seq {before.seq}"
@@ -99,7 +99,7 @@ def build_feeds(events: Iterable[Event]) -> Feeds:
         if _one_chain(mine):  # nearly every author: the walk below, in one pass
             head = None
             for at, event in enumerate(mine):
-                broken_rule = None if at == 0 else _link_rule(event, mine[at - 1])
+                broken_rule = None if at == 0 else link_rule(event, mine[at - 1])
                 if broken_rule is not None:
                     issues.append(FeedIssue(author, event.seq, *broken_rule))
                     cut.extend(mine[at:])  # everything after a broken link is cut too
@@ -134,7 +134,7 @@ def build_feeds(events: Iterable[Event]) -> Feeds:
         while stack:
             event = stack.pop()
             for child in children.get(event.id, ()):
-                broken_rule = _link_rule(child, event)
+                broken_rule = link_rule(child, event)
                 if broken_rule is None:
                     reached.add(child.id)
                     parent[child.id] = event.id
@@ -192,3 +192,52 @@ def chain_order(feeds: Feeds, author_events: list[Event]) -> list[list[Event]]:
             chain.append(in_feed[feeds.parent[chain[-1].id]])
         chains.append(list(reversed(chain)))
     return chains
+
+
+@dataclass
+class Chain:
+    """An author's feed while it is one chain (no fork, no broken link): its events by seq, how
+    many are in the feed, and who cites whom. ``agents.core.livefold`` extends it event by
+    event and folds from scratch whenever ``extend`` says it stopped being one."""
+
+    at: dict[int, Event] = field(default_factory=dict)  # seq -> the author's one event there
+    accepted: int = 0  # seqs 1..accepted are in the feed; the others wait for a gap to fill
+    seq_of: dict[str, int] = field(default_factory=dict)  # id -> its seq
+    cited: dict[str, int] = field(default_factory=dict)  # a ``prev`` -> the seq of the event citing it
+
+    def extend(self, new: list[Event]) -> list[Event] | None:
+        """Take an author's new events; returns those that came into the feed (in seq order),
+        waiting ones whose gap they fill included, or None when the author's events are no
+        longer one chain as ``build_feeds`` sees it: a second event at a seq or citing one
+        predecessor (a fork), a ``prev`` held at another seq than the one before, or a link
+        that breaks ``link_rule`` (a cut). The chain is then unusable: fold from scratch."""
+        for event in new:
+            if event.seq in self.at or (event.prev is not None and event.prev in self.cited):
+                return None
+            self.at[event.seq] = event
+            self.seq_of[event.id] = event.seq
+            if event.prev is not None:
+                self.cited[event.prev] = event.seq
+        for event in new:
+            before, after = self.at.get(event.seq - 1), self.at.get(event.seq + 1)
+            if before is not None and before.id != event.prev:
+                return None  # it cites another predecessor than the one held: a fork
+            if after is not None and after.prev != event.id:
+                return None
+            if event.prev is not None and self.seq_of.get(event.prev, event.seq - 1) != event.seq - 1:
+                return None  # it cites an event of its author at another seq: a broken link
+            if self.cited.get(event.id, event.seq + 1) != event.seq + 1:
+                return None  # and the other way round
+        grown = []
+        while (event := self.at.get(self.accepted + 1)) is not None:
+            before = self.at.get(self.accepted)
+            if before is None:
+                if event.prev is not None:
+                    return None  # a first event that cites one: it never enters the feed
+            elif event.prev != before.id or link_rule(event, before) is not None:
+                return None
+            if self.cited.get(event.id, event.seq + 1) != event.seq + 1:
+                return None  # an event held, waiting, that cites it from another seq: cut once it is in
+            grown.append(event)
+            self.accepted += 1
+        return grown

@@ -1,7 +1,7 @@
 """The plan tree: what ``fold`` computes from an event set, and its digest.
 
 Everything here is derived from the event set alone. The digest is the sha256
-of a canonical encoding with an explicit field list (``digest_record``): no
+of a canonical encoding with an explicit field list (``node_record``, ``digest_of``): no
 arrival times, no local counters, no member's own identity, so two members
 holding the same events always print the same digest. Local facts (events
 refused on receipt, events held back) are reported beside the digest, never in it.
@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, TypeVar
+
+import orjson
 
 from agents.core.canonical import canonical_bytes, sha256_hex
 from agents.core.clock import Timestamp
@@ -134,6 +136,49 @@ class ResultView:
     ballots: tuple[str, ...] = ()  # for the accepted one: the scorers whose ballots accepted it
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class SortedMap(Mapping[K, V]):
+    """A read-only map whose keys iterate in sorted order: a set's order, never the order of
+    the events that made it (``LiveFold`` adds entries as they come). Lookups are a dict's;
+    the sort happens at the first iteration, and most readers only look up."""
+
+    __slots__ = ("_data", "_keys")
+
+    def __init__(self, data: dict[K, V]) -> None:
+        self._data = data
+        self._keys: list[K] | None = None
+
+    def __getitem__(self, key: K) -> V:
+        return self._data[key]
+
+    def get(self, key: K, default=None):  # type: ignore[override]  # a dict's speed, not Mapping's
+        return self._data.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __iter__(self) -> Iterator[K]:
+        if self._keys is None:
+            self._keys = sorted(self._data)  # type: ignore[type-var]
+        return iter(self._keys)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SortedMap):
+            return self._data == other._data
+        return self._data == other if isinstance(other, dict) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"SortedMap({self._data!r})"
+
+
 @dataclass(frozen=True)
 class PlanTree:
     """The folded plan. Build it with ``agents.core.fold.fold``.
@@ -142,7 +187,9 @@ class PlanTree:
     by (node or leaf, round); ``entered`` maps node or leaf -> scorer -> the highest
     round it entered. ``acked`` maps (leaf, scorer) -> the highest epoch it acked.
     ``issues`` lists rule breaks found in the set (forks, role and clock cuts, safety
-    breaches), kept out of the digest.
+    breaches), kept out of the digest. ``nodes`` lists the nodes in the order ``fold``
+    walks them (each goal depth first); the other maps are ``SortedMap``s, whose keys
+    iterate sorted: nothing a reader iterates depends on the order events came in.
     """
 
     goals: tuple[Goal, ...]
@@ -206,24 +253,32 @@ class PlanTree:
         return sorted((c for c in self.claims.values() if c.leaf == leaf_id), key=lambda c: (c.epoch, c.id))
 
 
-def digest_record(tree: PlanTree, counted_ids: Iterable[str]) -> dict[str, Any]:
-    """What the digest covers (PROTOCOL.md, section 10): which events count, and every decision.
+def node_record(node: Node) -> bytes:
+    """A node's part of the digest (PROTOCOL.md, section 10), encoded: its shape and decisions."""
+    return canonical_bytes([node.id, node.goal, node.parent, node.depth, node.title, node.description, node.leaf,
+                            node.split, node.split_round, list(node.children), node.claim, node.epoch,
+                            node.result, node.status == "done"], check=False)
 
-    ``counted_ids`` are the ids of the events in their feeds (section 3). Derived views a
-    member may compute differently without disagreeing on anything (scores, heartbeats,
-    tallies of a round still open) stay out, so another implementation can reproduce it
-    from the protocol alone."""
-    return {
-        "v": DIGEST_VERSION,
-        "events": sha256_hex("".join(sorted(counted_ids)).encode("ascii")),
-        "goals": sorted(g.id for g in tree.goals),
-        "nodes": [
-            [n.id, n.goal, n.parent, n.depth, n.title, n.description, n.leaf, n.split, n.split_round,
-             list(n.children), n.claim, n.epoch, n.result, n.status == "done"]
-            for n in sorted(tree.nodes.values(), key=lambda n: n.id)
-        ],
-    }
+
+def events_hash(counted_ids: Iterable[str], presorted: bool = False) -> str:
+    """Which events count: the hash of their ids in order."""
+    ordered = counted_ids if presorted else sorted(counted_ids)
+    return sha256_hex("".join(ordered).encode("ascii"))
+
+
+def digest_of(counted: str, goal_ids: Iterable[str], node_records: Iterable[bytes]) -> bytes:
+    """The canonical bytes the digest hashes: ``counted`` from ``events_hash``, every goal, and
+    every node's ``node_record`` in the order of their ids (kept encoded by ``LiveFold``, which
+    re-encodes only the nodes that changed)."""
+    nodes = orjson.Fragment(b"[" + b",".join(node_records) + b"]")
+    return canonical_bytes({"v": DIGEST_VERSION, "events": counted, "goals": sorted(goal_ids), "nodes": nodes},
+                           check=False)
 
 
 def compute_digest(tree: PlanTree, counted_ids: Iterable[str]) -> str:
-    return sha256_hex(canonical_bytes(digest_record(tree, counted_ids), check=False))
+    """The digest (PROTOCOL.md, section 10): which events count, and every decision. Derived
+    views a member may compute differently without disagreeing on anything (scores,
+    heartbeats, tallies of a round still open) stay out, so another implementation can
+    reproduce it from the protocol alone."""
+    records = [node_record(n) for n in sorted(tree.nodes.values(), key=lambda n: n.id)]
+    return sha256_hex(digest_of(events_hash(counted_ids), (g.id for g in tree.goals), records))

@@ -14,8 +14,8 @@ from dataclasses import replace
 import pytest
 
 import agents.core.claims as claim_rules
-import agents.core.fold as fold_module
 import agents.core.rounds as round_rules
+import agents.core.settle as settle_module
 from chaos.sim.runner import judge, quiet_logs
 from chaos.sim.world import SimConfig
 
@@ -42,7 +42,7 @@ def test_accepting_a_value_one_ballot_short_of_quorum_is_caught(monkeypatch) -> 
     def one_short(goal, *args, **kwargs):
         return honest(replace(goal, quorum=max(1, goal.quorum - 1)), *args, **kwargs)
 
-    monkeypatch.setattr(fold_module.round_rules, "settle", one_short)
+    monkeypatch.setattr(settle_module.round_rules, "settle", one_short)
     found = _first_violation(SimConfig(seed=0, faults=frozenset({"delay"})))
     assert found is not None, f"no violation in {BUDGET} seeds"
     assert found[1] in ("quorum_safety", "claim_safety", "reference_agreement"), found
@@ -54,7 +54,7 @@ def test_granting_a_claim_one_ack_short_is_caught(monkeypatch) -> None:
     def one_short(leaf, quorum, *args, **kwargs):
         return honest(leaf, max(1, quorum - 1), *args, **kwargs)
 
-    monkeypatch.setattr(fold_module.leaf_rules, "settle", one_short)
+    monkeypatch.setattr(settle_module.leaf_rules, "settle", one_short)
     found = _first_violation(SimConfig(seed=0, faults=frozenset({"delay"})))
     assert found is not None, f"no violation in {BUDGET} seeds"
     assert found[1] in ("claim_safety", "reference_agreement"), found

@@ -1,0 +1,154 @@
+"""The events in their feeds, grouped by what they refer to: what ``fold`` settles each node from.
+
+Every list here is in feed order, (author, seq, id), whatever order the events came in:
+``FoldIndex(feeds)`` builds it from a whole set, and ``extend`` adds an author's next
+events in its feed as if they had been there when it was built (``agents.core.livefold``
+checks that they only extend that author's one chain).
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from collections import defaultdict
+from collections.abc import Iterable
+
+from agents.core.events import (
+    AckBody,
+    BallotBody,
+    CandidateBody,
+    ClaimBody,
+    Event,
+    FailureBody,
+    GoalBody,
+    PromiseBody,
+    ProposalBody,
+    RenewBody,
+    ResultBody,
+    VoteBody,
+)
+from agents.core.feeds import Feeds, chain_order
+
+
+def feed_key(event: Event) -> tuple[str, int, str]:
+    """An event's place in ``Feeds.accepted``: the order every list of the index keeps."""
+    return event.author, event.seq, event.id
+
+
+def target(event: Event) -> str | None:
+    """The node or leaf an event is about, when its body names one (a vote names a proposal,
+    a renewal or failure a claim: see ``FoldIndex.touched``)."""
+    fields = event.body.__dict__  # as in ``fold``: no getattr default, a pydantic slow path
+    return fields.get("node") or fields.get("leaf")
+
+
+class FoldIndex:
+    """The events in their feeds, grouped by what they refer to; scorers' events along their chains."""
+
+    def __init__(self, feeds: Feeds) -> None:
+        self.by_id: dict[str, Event] = {e.id: e for e in feeds.accepted}
+        self.goals: list[Event] = []
+        self.proposals: dict[str, list[Event]] = defaultdict(list)  # node -> proposals
+        self.draft_number: dict[str, int] = {}  # proposal -> its number among its author's on the node
+        self.result_number: dict[str, int] = {}  # result -> its number among its author's on the leaf
+        self.numbered: dict[tuple[str, str], int] = {}  # (author, node or leaf) -> how many numbered there
+        self.votes: dict[str, dict[str, Event]] = defaultdict(dict)  # proposal -> scorer -> vote
+        self.voters: dict[str, set[str]] = defaultdict(set)
+        self.candidates: dict[str, list[Event]] = defaultdict(list)  # node -> candidates
+        self.claims: dict[str, list[Event]] = defaultdict(list)  # leaf -> claims
+        self.results: dict[str, list[Event]] = defaultdict(list)  # leaf -> results
+        self.followups: dict[str, list[Event]] = defaultdict(list)  # claim -> renew/failure
+        # scorer -> node or leaf -> one list per chain of its promises, ballots, acks, accepts there
+        self.scorer_chains: dict[str, dict[str, list[list[Event]]]] = defaultdict(lambda: defaultdict(list))
+        by_author: dict[str, list[Event]] = defaultdict(list)
+        for event in feeds.accepted:
+            by_author[event.author].append(event)
+            self._group(event, append=True)
+        self.goals.sort(key=lambda e: e.order_key)
+        for author, events in by_author.items():
+            for chain in chain_order(feeds, events):
+                role = chain[0].role  # one role per chain (a role change cuts it); not per author
+                if role == "decomposer":
+                    self._number(chain, ProposalBody, self.draft_number)
+                elif role == "executor":
+                    self._number(chain, ResultBody, self.result_number)
+                elif role == "scorer":
+                    per_target: dict[str, list[Event]] = defaultdict(list)
+                    for event in chain:
+                        if isinstance(event.body, (PromiseBody, BallotBody, AckBody)):
+                            per_target[target(event)].append(event)  # type: ignore[index]
+                    for node, mine in per_target.items():
+                        self.scorer_chains[author][node].append(mine)
+
+    def _group(self, event: Event, append: bool) -> None:
+        body = event.body
+        add = list.append if append else _in_feed_order
+        if isinstance(body, GoalBody):
+            if append:
+                self.goals.append(event)  # sorted at the end of ``__init__``
+            else:
+                insort(self.goals, event, key=lambda e: e.order_key)
+        elif isinstance(body, ProposalBody):
+            add(self.proposals[body.node], event)
+        elif isinstance(body, VoteBody):
+            self.voters[body.proposal].add(event.author)
+            counted = self.votes[body.proposal].get(event.author)
+            if counted is None or event.order_key < counted.order_key:
+                self.votes[body.proposal][event.author] = event
+        elif isinstance(body, CandidateBody):
+            add(self.candidates[body.node], event)
+        elif isinstance(body, ClaimBody):
+            add(self.claims[body.leaf], event)
+        elif isinstance(body, ResultBody):
+            add(self.results[body.leaf], event)
+        elif isinstance(body, (RenewBody, FailureBody)):
+            add(self.followups[body.claim], event)
+
+    def _number(self, chain: list[Event], kind: type, numbers: dict[str, int]) -> None:
+        """Number an author's proposals per node (or results per leaf) along its chain."""
+        count: dict[str, int] = defaultdict(int)
+        for event in chain:
+            if isinstance(event.body, kind):
+                node = target(event)
+                count[node] += 1  # type: ignore[index]
+                numbers[event.id] = count[node]  # type: ignore[index]
+        for node, number in count.items():
+            self.numbered[(chain[0].author, node)] = number
+
+    def extend(self, events: Iterable[Event]) -> None:
+        """Add an author's next events in its feed, in seq order: the feed's one chain (no
+        fork, no broken link) grows by them."""
+        for event in events:
+            self.by_id[event.id] = event
+            self._group(event, append=False)
+            body, role = event.body, event.role
+            if (role == "decomposer" and isinstance(body, ProposalBody)) or (
+                    role == "executor" and isinstance(body, ResultBody)):
+                key = (event.author, target(event))
+                number = self.numbered[key] = self.numbered.get(key, 0) + 1  # type: ignore[index]
+                (self.draft_number if role == "decomposer" else self.result_number)[event.id] = number
+            elif role == "scorer" and isinstance(body, (PromiseBody, BallotBody, AckBody)):
+                chains = self.scorer_chains[event.author][target(event)]  # type: ignore[index]
+                if chains:
+                    chains[0].append(event)
+                else:
+                    chains.append([event])
+
+    def touched(self, event: Event) -> str | None:
+        """The node or leaf whose settling reads ``event``: the one it names, a vote's
+        proposal's, a renewal's or failure's claim's (when held: its arrival settles that
+        node anyway)."""
+        body = event.body
+        if isinstance(body, VoteBody):
+            cited = self.by_id.get(body.proposal)
+            return cited.body.node if cited is not None and isinstance(cited.body, ProposalBody) else None
+        if isinstance(body, (RenewBody, FailureBody)):
+            cited = self.by_id.get(body.claim)
+            return cited.body.leaf if cited is not None and isinstance(cited.body, ClaimBody) else None
+        return target(event)
+
+    def chains(self, node: str, roster: tuple[str, ...]) -> dict[str, list[list[Event]]]:
+        return {s: self.scorer_chains[s][node] for s in roster if node in self.scorer_chains.get(s, {})}
+
+
+def _in_feed_order(events: list[Event], event: Event) -> None:
+    insort(events, event, key=feed_key)

@@ -1,0 +1,271 @@
+"""``LiveFold`` against ``fold`` from scratch: the same tree, digest included, after every batch
+of any delivery order of adversarial event sets (``tests.eventgen``: forks, broken links,
+sybil scorers, equivocating rosters), with duplicates; and honest sets really are folded as
+changes, not from scratch, so the comparison tests the change path."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agents.core import livefold
+from agents.core.clock import Timestamp
+from agents.core.events import (
+    AckBody,
+    BallotBody,
+    CandidateBody,
+    ClaimBody,
+    Event,
+    FailureBody,
+    PromiseBody,
+    ProposalBody,
+    RenewBody,
+    Subgoal,
+    VoteBody,
+    sign_event,
+)
+from agents.core.feeds import build_feeds
+from agents.core.fold import child_node_id
+from agents.core.livefold import LiveFold
+from agents.core.tree import PlanTree, compute_digest
+from bench.synthetic import plan_log
+from tests.builders import Feed, goal, identity, ticket_sig
+from tests.eventgen import Universe, universes
+
+BATCHES = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+WALKED = ("nodes", "proposals", "rounds", "entered", "claims", "results", "acked", "promises", "certificates")
+
+
+def same(tree: PlanTree, expected: PlanTree) -> bool:
+    """Equal, and the maps a reader iterates list their entries in the same order (the order
+    ``fold`` walks the nodes in: what a member does next must not depend on arrival order)."""
+    return tree == expected and all(list(getattr(tree, m)) == list(getattr(expected, m)) for m in WALKED)
+
+
+def from_scratch(events) -> PlanTree:
+    """A fresh ``LiveFold`` folds its first tree from scratch, and its digest is recomputed
+    here the way ``compute_digest`` encodes a whole tree, not from records kept encoded."""
+    tree = LiveFold(events).tree()
+    assert compute_digest(tree, (e.id for e in build_feeds(events).accepted)) == tree.digest
+    return tree
+
+
+def _more(draw: st.DrawFn, universe: Universe) -> list[Event]:
+    """Events the universes do not make, on their own authors' chains: votes (by the roster and
+    by a sybil scorer), renewals and failures (of one's own claim, or another's), a proposal
+    on a leaf, and cross-node citations, which a node settles from events it does not hold
+    on it: a ballot naming another node's candidate, a candidate naming another node's
+    proposal or citing another node's promises, followed by promises that report them."""
+    by_kind: dict[str, list[Event]] = {}
+    for event in universe.events:
+        by_kind.setdefault(event.kind, []).append(event)
+    feeds = universe.feeds
+    role = {peer: feed.author.role for peer, feed in feeds.items()}
+    scorers = [feeds[p] for p in universe.roster] + [Feed(f"sybil {universe.roster[0]}", "scorer")]
+    executors = [f for p, f in feeds.items() if role[p] == "executor"]
+    decomposers = [f for p, f in feeds.items() if role[p] == "decomposer"]
+    nodes = sorted({e.body.node for e in universe.events if e.kind in ("proposal", "candidate", "ballot")}
+                   | {universe.events[0].id})  # the goal's root
+    at = max(e.hlc[0] for e in universe.events)
+    more: list[Event] = []
+    for _ in range(draw(st.integers(0, 14))):
+        at += 1
+        what = draw(st.sampled_from(["vote", "renew", "failure", "proposal on a leaf", "ballot elsewhere",
+                                     "candidate elsewhere", "promise"]))
+        scorer = draw(st.sampled_from(scorers))
+        if what == "vote" and "proposal" in by_kind:
+            proposal = draw(st.sampled_from(by_kind["proposal"]))
+            more.append(scorer.at(at, VoteBody(proposal=proposal.id, clarity=draw(st.integers(1, 5)), non_overlap=3,
+                                               coverage=4, approve=draw(st.booleans()))))
+        elif what in ("renew", "failure") and "claim" in by_kind:
+            claim = draw(st.sampled_from(by_kind["claim"]))
+            executor = feeds[claim.author] if draw(st.integers(0, 3)) else draw(st.sampled_from(executors))
+            body = (RenewBody(claim=claim.id) if what == "renew"
+                    else FailureBody(leaf=claim.body.leaf, claim=claim.id, reason="stuck"))  # type: ignore[union-attr]
+            more.append(executor.at(at, body))
+        elif what == "proposal on a leaf" and "claim" in by_kind and decomposers:
+            leaf = draw(st.sampled_from(by_kind["claim"])).body.leaf  # type: ignore[union-attr]
+            more.append(draw(st.sampled_from(decomposers)).at(at, ProposalBody(
+                node=leaf, strategy="s", subgoals=(Subgoal(title="x", executable=True),
+                                                   Subgoal(title="y", executable=True)))))
+        elif what == "ballot elsewhere" and "candidate" in by_kind:
+            candidate = draw(st.sampled_from(by_kind["candidate"]))
+            more.append(scorer.at(at, BallotBody(node=draw(st.sampled_from(nodes)), round=candidate.body.round,  # type: ignore[union-attr]
+                                                 candidate=candidate.id, approve=True)))
+        elif what == "candidate elsewhere" and "proposal" in by_kind:
+            promises = [p.id for p in by_kind.get("promise", [])][:draw(st.integers(0, 3))]
+            more.append(scorer.at(at, CandidateBody(node=draw(st.sampled_from(nodes)), round=2 if promises else 1,
+                                                    value=draw(st.sampled_from(by_kind["proposal"])).id,
+                                                    promises=tuple(promises))))
+        elif what == "promise":
+            more.append(scorer.at(at, PromiseBody(node=draw(st.sampled_from(nodes)), round=draw(st.integers(2, 5)))))
+    return more + _broken(draw, universe, nodes, at)
+
+
+def _broken(draw: st.DrawFn, universe: Universe, nodes: list[str], at: int) -> list[Event]:
+    """A decomposer whose feed breaks as ``build_feeds`` tells: seqs 1-2, then a link that
+    skips a seq, a second seq 1, a clock that goes back or a role that changes; and sometimes
+    one more event after it. (A first event citing one, or a later one citing none, is
+    refused before it is stored: ``check_envelope``.)"""
+    me = identity(f"broken {universe.roster[0]}")
+
+    def signed(seq: int, prev: str | None, ms: int, role: str = "decomposer") -> Event:
+        body = (ProposalBody(node=draw(st.sampled_from(nodes)), strategy="s", subgoals=(
+            Subgoal(title=f"b{seq}", executable=True), Subgoal(title="c", executable=True)))
+            if role == "decomposer" else PromiseBody(node=nodes[0], round=2))
+        return sign_event(me, role, seq, prev, Timestamp(ms, 0), body, ticket_sig(me.peer_id, role))  # type: ignore[arg-type]
+
+    first = signed(1, None, at + 1)
+    second = signed(2, first.id, at + 2)
+    how = draw(st.sampled_from(["skip", "second first", "clock", "role"]))
+    odd = {"skip": lambda: signed(4, second.id, at + 4), "second first": lambda: signed(1, None, at + 3),
+           "clock": lambda: signed(3, second.id, at), "role": lambda: signed(3, second.id, at + 3, "scorer")}[how]()
+    events = [first, second, odd]
+    if draw(st.booleans()):
+        events.append(signed(odd.seq + 1, odd.id, at + 9, odd.role))
+    return events
+
+
+@BATCHES
+@given(universes(), st.randoms(use_true_random=False), st.data())
+def test_every_batch_of_any_order_folds_as_the_whole_set_does(universe: Universe, rnd, data) -> None:
+    order = list(universe.events) + _more(data.draw, universe)
+    rnd.shuffle(order)
+    order += data.draw(st.lists(st.sampled_from(universe.events), max_size=10))  # duplicates
+    live = LiveFold()
+    shown: list[tuple[PlanTree, PlanTree]] = []
+    at = 0
+    while at < len(order):
+        size = data.draw(st.integers(1, 8))
+        live.add(order[at:at + size])
+        at += size
+        if at >= len(order) or data.draw(st.booleans()):  # or the next tree folds two batches as one
+            tree = live.tree()
+            expected = from_scratch(order[:at])
+            assert same(tree, expected), f"after {at} of {len(order)} events"
+            shown.append((tree, expected))
+    assert live.tree() is tree  # nothing new: the same tree, not folded again
+    for number, (tree, expected) in enumerate(shown):  # no later change touched a tree handed out
+        assert same(tree, expected), f"tree {number + 1} of {len(shown)} changed after it was handed out"
+
+
+
+def test_honest_plans_gossiped_in_any_order_are_folded_as_changes() -> None:
+    """Two whole executed plans (bench.synthetic: 2 x 2 splits, every leaf claimed and done),
+    delivered one event or a few at a time in a shuffled order, so that many arrive before
+    their predecessors and wait, and the goals come whenever they come: after the first fold
+    (of nothing), every batch is a change, each equal to the whole set's fold."""
+    log = list(plan_log(2, branch=2, depth=2, executors=2))
+    rnd = random.Random(7)
+    order = rnd.sample(log, len(log))
+    live = LiveFold()
+    live.tree()
+    at = batches = 0
+    while at < len(order):
+        size = rnd.choice((1, 1, 2, 5))
+        live.add(order[at:at + size])
+        at += size
+        batches += 1
+        assert same(live.tree(), from_scratch(order[:at])), f"after {at} of {len(order)} events"
+    assert (live.scratch_folds, live.changes) == (1, batches)
+    assert live.tree().complete and live.tree().pending == 0 and len(live.tree().goals) == 2
+
+
+def _delivered(*batches: list[Event]) -> LiveFold:
+    """A ``LiveFold`` given ``batches`` one after another, checked against a fold of the events
+    so far after each."""
+    live, so_far = LiveFold(), []
+    for number, batch in enumerate(batches, start=1):
+        live.add(batch)
+        so_far += batch
+        assert same(live.tree(), from_scratch(so_far)), f"after batch {number} of {len(batches)}"
+    return live
+
+
+def _plan() -> tuple[Event, Feed, Feed, Feed]:
+    """A goal with one scorer (quorum 1), its decomposer and executor."""
+    client, scorer = Feed("live/client", "client"), Feed("live/scorer", "scorer")
+    return (client.at(1, goal("live", [scorer.peer_id], 1, max_depth=1)), scorer,
+            Feed("live/decomposer", "decomposer"), Feed("live/executor", "executor"))
+
+
+def test_a_fork_between_waiting_events_is_seen_before_the_gap_fills() -> None:
+    """Seq 4 forked (4a, 4b) and seq 5 citing 4a: with 3 missing, 4b and 5 wait, and still
+    show the fork (5 cites another predecessor than the 4 held)."""
+    root, scorer, _, _ = _plan()
+    mine = [scorer.at(10 + r, PromiseBody(node=root.id, round=r)) for r in range(2, 5)]  # seqs 1-3
+    fourth = scorer.at(20, PromiseBody(node=root.id, round=6))
+    forked = scorer.fork(21, PromiseBody(node=root.id, round=7))
+    fifth = scorer.at(22, PromiseBody(node=root.id, round=8))
+    live = _delivered([root, *mine[:2]], [forked, fifth], [mine[2]], [fourth])
+    assert live.tree().equivocators == {scorer.peer_id}
+
+
+def test_a_link_that_goes_back_in_time_is_cut_when_it_comes() -> None:
+    root, _, decomposer, _ = _plan()
+    first = decomposer.at(10, ProposalBody(node=root.id, strategy="s", subgoals=(
+        Subgoal(title="a", executable=True), Subgoal(title="b", executable=True))))
+    back = sign_event(decomposer.author.identity, "decomposer", 2, first.id, Timestamp(5, 0), first.body,
+                      ticket_sig(decomposer.peer_id, "decomposer"))
+    live = _delivered([root, first], [back])
+    assert [i.rule for i in live.tree().issues] == ["clock"]
+
+
+def test_a_node_settles_again_when_an_event_it_cites_on_another_node_comes() -> None:
+    """A ballot on the root names a candidate on another node, and a promise reports it:
+    undetermined until that candidate comes, then invalid (a candidate of another node), so
+    the promise is determined, though nothing on the root came."""
+    root, scorer, _, _ = _plan()
+    elsewhere = Feed("live/other scorer", "scorer").at(5, CandidateBody(node="cd" * 32, round=1, value="ef" * 32))
+    ballot = scorer.at(10, BallotBody(node=root.id, round=1, candidate=elsewhere.id, approve=True))
+    promise = scorer.at(11, PromiseBody(node=root.id, round=2))
+    live = _delivered([root, ballot, promise], [elsewhere])
+    (view,) = live.tree().promises[(root.id, 2)]
+    assert view.determined and view.report_round is None
+
+
+def test_a_holders_renewal_moves_its_heartbeat() -> None:
+    root, scorer, decomposer, executor = _plan()
+    split = decomposer.at(2, ProposalBody(node=root.id, strategy="s", subgoals=(
+        Subgoal(title="a", executable=True), Subgoal(title="b", executable=True))))
+    candidate = scorer.at(3, CandidateBody(node=root.id, round=1, value=split.id))
+    ballot = scorer.at(4, BallotBody(node=root.id, round=1, candidate=candidate.id, approve=True))
+    leaf = child_node_id(split.id, 0)
+    claim = executor.at(5, ClaimBody(leaf=leaf, epoch=1))
+    ack = scorer.at(6, AckBody(leaf=leaf, claim=claim.id, epoch=1))
+    renewal = executor.at(50, RenewBody(claim=claim.id))
+    vote = scorer.at(60, VoteBody(proposal=split.id, clarity=4, non_overlap=4, coverage=4, approve=True))
+    live = _delivered([root, split, candidate, ballot, claim, ack], [renewal], [vote])
+    tree = live.tree()
+    assert tree.nodes[leaf].status == "claimed" and tree.nodes[leaf].heartbeat == renewal.ts
+    assert tree.proposals[split.id].approvals == (scorer.peer_id,)
+    assert live.scratch_folds == 1, "the renewal and the vote are changes"
+
+
+def test_a_fold_that_fails_half_way_is_folded_from_scratch_next_time(monkeypatch) -> None:
+    """An exception in the middle of a change (here: settling a node) reaches the caller, and
+    the next tree is the whole set's fold, not the half-changed state."""
+    root, scorer, decomposer, _ = _plan()
+    split = decomposer.at(2, ProposalBody(node=root.id, strategy="s", subgoals=(
+        Subgoal(title="a", executable=True), Subgoal(title="b", executable=True))))
+    candidate = scorer.at(3, CandidateBody(node=root.id, round=1, value=split.id))
+    ballot = scorer.at(4, BallotBody(node=root.id, round=1, candidate=candidate.id, approve=True))
+    live = LiveFold([root, split])
+    live.tree()
+    honest = livefold.settle_node
+
+    def failing(*args, **kwargs):
+        monkeypatch.setattr(livefold, "settle_node", honest)
+        raise MemoryError("half-way")
+
+    monkeypatch.setattr(livefold, "settle_node", failing)
+    live.add([candidate, ballot])
+    with pytest.raises(MemoryError):
+        live.tree()
+    assert same(live.tree(), from_scratch([root, split, candidate, ballot]))
+    assert live.tree().nodes[root.id].split == split.id and live.scratch_folds == 2
