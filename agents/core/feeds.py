@@ -207,10 +207,12 @@ class Chain:
 
     def extend(self, new: list[Event]) -> list[Event] | None:
         """Take an author's new events; returns those that came into the feed (in seq order),
-        waiting ones whose gap they fill included, or None when the author's events are no
-        longer one chain as ``build_feeds`` sees it: a second event at a seq or citing one
-        predecessor (a fork), a ``prev`` held at another seq than the one before, or a link
-        that breaks ``link_rule`` (a cut). The chain is then unusable: fold from scratch."""
+        waiting ones whose gap they fill included, or None when the author's events may no
+        longer be one chain as ``build_feeds`` sees it: a second event at a seq, two citing
+        one predecessor, one citing another than the event held before it (a fork, or a
+        link that ``build_feeds`` cuts once it reaches it), a ``prev`` held at another seq,
+        or a link that breaks ``link_rule`` (a cut). The chain is then unusable: fold from
+        scratch, which tells which."""
         for event in new:
             if event.seq in self.at or (event.prev is not None and event.prev in self.cited):
                 return None
@@ -221,7 +223,7 @@ class Chain:
         for event in new:
             before, after = self.at.get(event.seq - 1), self.at.get(event.seq + 1)
             if before is not None and before.id != event.prev:
-                return None  # it cites another predecessor than the one held: a fork
+                return None  # it cites another predecessor than the one held: a fork, or a broken link
             if after is not None and after.prev != event.id:
                 return None
             if event.prev is not None and self.seq_of.get(event.prev, event.seq - 1) != event.seq - 1:

@@ -336,7 +336,7 @@ class LiveFold:
         put in that order and ``_records`` in the order of ids (the digest's), whatever order
         the events came in."""
         if self._walk is None:  # the tree grew: the orders are made again
-            self._walk = []
+            walk: list[str] = []
             seen: set[str] = set()
             for goal in self._goals:
                 stack = [goal.id]
@@ -344,10 +344,11 @@ class LiveFold:
                     node_id = stack.pop()
                     if node_id not in seen:
                         seen.add(node_id)
-                        self._walk.append(node_id)
+                        walk.append(node_id)
                         stack.extend(reversed(self._settled[node_id].node.children))
-            self._shown = {n: self._shown[n] for n in self._walk}
+            self._shown = {n: self._shown[n] for n in walk}
             self._records = {n: self._records[n] for n in sorted(self._records)}
+            self._walk = walk  # last: a walk cut short by an exception is made again next time
         return self._walk
 
     def _publish(self) -> PlanTree:
