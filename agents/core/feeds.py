@@ -205,6 +205,14 @@ class Chain:
     seq_of: dict[str, int] = field(default_factory=dict)  # id -> its seq
     cited: dict[str, int] = field(default_factory=dict)  # a ``prev`` -> the seq of the event citing it
 
+    def hold(self, event: Event) -> None:
+        """Note one of the author's events, in the feed or waiting (``extend`` checks it first;
+        a fold from scratch notes what ``build_feeds`` sorted)."""
+        self.at[event.seq] = event
+        self.seq_of[event.id] = event.seq
+        if event.prev is not None:
+            self.cited[event.prev] = event.seq
+
     def extend(self, new: list[Event]) -> list[Event] | None:
         """Take an author's new events; returns those that came into the feed (in seq order),
         waiting ones whose gap they fill included, or None when the author's events may no
@@ -216,10 +224,7 @@ class Chain:
         for event in new:
             if event.seq in self.at or (event.prev is not None and event.prev in self.cited):
                 return None
-            self.at[event.seq] = event
-            self.seq_of[event.id] = event.seq
-            if event.prev is not None:
-                self.cited[event.prev] = event.seq
+            self.hold(event)
         for event in new:
             before, after = self.at.get(event.seq - 1), self.at.get(event.seq + 1)
             if before is not None and before.id != event.prev:

@@ -128,11 +128,7 @@ class LiveFold:
         self._chains = defaultdict(Chain)
         for event in chain(feeds.accepted, feeds.pending):
             if event.author not in self._tangled:
-                mine = self._chains[event.author]
-                mine.at[event.seq] = event
-                mine.seq_of[event.id] = event.seq
-                if event.prev is not None:
-                    mine.cited[event.prev] = event.seq
+                self._chains[event.author].hold(event)
         for author, (seq, _) in feeds.heads.items():
             if author not in self._tangled:
                 self._chains[author].accepted = seq
