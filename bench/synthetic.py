@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from agents.core.admission import issue
 from agents.core.author import Author
-from agents.core.clock import HybridClock
+from agents.core.clock import HybridClock, Timestamp
 from agents.core.events import (
     AckBody,
     BallotBody,
@@ -27,6 +27,8 @@ from agents.core.events import (
     ResultBody,
     Role,
     Subgoal,
+    VoteBody,
+    sign_event,
 )
 from agents.core.fold import child_node_id
 from agents.core.identity import Identity
@@ -85,3 +87,24 @@ def plan_log(goals: int, branch: int = 6, depth: int = 5, executors: int = 4) ->
             result = sign(worker, ResultBody(leaf=leaf, claim=claim.id, output=f"result {i}"))
             yield result
             yield from decide(leaf, result.id)
+
+
+def equivocation(proposals: list[str], count: int) -> tuple[list[Event], list[Event]]:
+    """An admitted scorer (not on any roster) whose feed forks at once: two events at seq 1,
+    then ``count`` more on one branch, each a vote on one of ``proposals`` in turn. Returns the
+    fork and the events after it."""
+    clock = [1_767_225_600_000]
+    scorer = _author("bench/equivocator", "scorer", clock)
+
+    def vote(number: int) -> VoteBody:
+        return VoteBody(proposal=proposals[number % len(proposals)], clarity=3, non_overlap=3, coverage=3,
+                        approve=number % 2 == 0)
+
+    first = scorer.sign(vote(0))
+    clock[0] += 1
+    other = sign_event(scorer.identity, "scorer", 1, None, Timestamp(clock[0], 0), vote(1), scorer.ticket)
+    after = []
+    for number in range(count):
+        clock[0] += 1
+        after.append(scorer.sign(vote(number)))
+    return [first, other], after

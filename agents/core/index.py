@@ -65,19 +65,24 @@ class FoldIndex:
             self._group(event, append=True)
         self.goals.sort(key=lambda e: e.order_key)
         for author, events in by_author.items():
-            for chain in chain_order(feeds, events):
-                role = chain[0].role  # one role per chain (a role change cuts it); not per author
-                if role == "decomposer":
-                    self._number(chain, ProposalBody, self.draft_number)
-                elif role == "executor":
-                    self._number(chain, ResultBody, self.result_number)
-                elif role == "scorer":
-                    per_target: dict[str, list[Event]] = defaultdict(list)
-                    for event in chain:
-                        if isinstance(event.body, (PromiseBody, BallotBody, AckBody)):
-                            per_target[target(event)].append(event)  # type: ignore[index]
-                    for node, mine in per_target.items():
-                        self.scorer_chains[author][node].append(mine)
+            self._along_chains(author, chain_order(feeds, events))
+
+    def _along_chains(self, author: str, chains: list[list[Event]]) -> None:
+        """What the index reads along an author's chains: its drafts' and results' numbers, a
+        scorer's events per node or leaf, one list per chain."""
+        for chain in chains:
+            role = chain[0].role  # one role per chain (a role change cuts it); not per author
+            if role == "decomposer":
+                self._number(chain, ProposalBody, self.draft_number)
+            elif role == "executor":
+                self._number(chain, ResultBody, self.result_number)
+            elif role == "scorer":
+                per_target: dict[str, list[Event]] = defaultdict(list)
+                for event in chain:
+                    if isinstance(event.body, (PromiseBody, BallotBody, AckBody)):
+                        per_target[target(event)].append(event)  # type: ignore[index]
+                for node, mine in per_target.items():
+                    self.scorer_chains[author][node].append(mine)
 
     def _group(self, event: Event, append: bool) -> None:
         body = event.body
@@ -132,6 +137,18 @@ class FoldIndex:
                     chains[0].append(event)
                 else:
                     chains.append([event])
+
+    def refeed(self, author: str, new: Iterable[Event], feeds: Feeds) -> None:
+        """Add ``new``, events of an author whose feed is not one chain (forked, or cut at a
+        broken link), now in its feed, and read the author's chains again from ``feeds``, a
+        ``build_feeds`` of the author's events alone: a branch may have grown or appeared.
+        Its events already here stay in its feed (an event's place in it depends on its own
+        chain alone, which later events cannot change)."""
+        for event in new:
+            self.by_id[event.id] = event
+            self._group(event, append=False)
+        self.scorer_chains.pop(author, None)
+        self._along_chains(author, chain_order(feeds, list(feeds.accepted)))
 
     def touched(self, event: Event) -> str | None:
         """The node or leaf whose settling reads ``event``: the one it names, a vote's

@@ -19,13 +19,14 @@ applied as a change:
 * a newly accepted split grows its subtree, the roll-up climbs from what changed, and the
   digest re-hashes per-node records kept encoded.
 
-A new goal grows its tree the same way. Anything else folds the whole set from scratch, as
-``fold`` always did: a fork, a broken link (``Chain.extend`` returns None), any event of an author
-whose feed was forked or cut before, a split replaced (which only more equivocators than a
-quorum tolerates can do), two goals' trees sharing a node. None of them happens in an honest
-swarm; while an equivocator keeps signing, every batch with its events costs a whole fold, as
-every batch did before. Either way the tree is a function of the set alone, never of the
-batches it came in.
+A new goal grows its tree the same way. An author whose feed is already forked or cut has it
+made again from its own events alone (``build_feeds`` of them), and the events that came into
+it are applied as a change like any other's: an equivocator that goes on signing costs each
+member the work of its own events, not a whole fold per batch. Anything else folds the whole
+set from scratch, as ``fold`` always did: the fork or broken link that first tangles an author
+(``Chain.extend`` returns None), a split replaced (which only more equivocators than a quorum
+tolerates can do), two goals' trees sharing a node. None of them happens in an honest swarm.
+Either way the tree is a function of the set alone, never of the batches it came in.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from itertools import chain
 from agents.core.canonical import sha256_hex
 from agents.core.clock import Timestamp
 from agents.core.events import Event, GoalBody, VoteBody
-from agents.core.feeds import Chain, build_feeds
+from agents.core.feeds import Chain, Feeds, build_feeds
 from agents.core.index import FoldIndex
 from agents.core.settle import Settled, Watched, proposal_view, record_act, root_node, settle_node
 from agents.core.tree import (
@@ -65,7 +66,7 @@ class LiveFold:
 
     _index: FoldIndex
     _chains: dict[str, Chain]  # authors whose feed is one chain
-    _tangled: set[str]  # authors whose feed is forked or cut: their events fold from scratch
+    _tangled: dict[str, Feeds]  # authors whose feed is forked or cut -> ``build_feeds`` of their events
     _goals: list[Goal]
     _goal_by_id: dict[str, Goal]
     _rostered: frozenset[str]  # every goal's scorers
@@ -124,7 +125,11 @@ class LiveFold:
         self.scratch_folds += 1
         feeds = build_feeds(self._events.values())
         index = self._index = FoldIndex(feeds)
-        self._tangled = set(feeds.equivocators) | {e.author for e in feeds.cut}
+        tangled: dict[str, list[Event]] = {a: [] for a in sorted(feeds.equivocators | {e.author for e in feeds.cut})}
+        for event in chain(feeds.accepted, feeds.pending, feeds.cut):
+            if event.author in tangled:
+                tangled[event.author].append(event)
+        self._tangled = {author: build_feeds(mine) for author, mine in tangled.items()}
         self._chains = defaultdict(Chain)
         for event in chain(feeds.accepted, feeds.pending):
             if event.author not in self._tangled:
@@ -132,7 +137,7 @@ class LiveFold:
         for author, (seq, _) in feeds.heads.items():
             if author not in self._tangled:
                 self._chains[author].accepted = seq
-        self._feed_issues, self._equivocators = list(feeds.issues), feeds.equivocators
+        self._feed_issues, self._equivocators = list(feeds.issues), set(feeds.equivocators)
         self._heads = dict(feeds.heads)
         self._counted, self._pending = len(feeds.accepted), len(feeds.pending)
         self._ids = sorted(e.id for e in feeds.accepted)
@@ -195,11 +200,14 @@ class LiveFold:
         state is then left to that fold, which rebuilds it all from the set)."""
         by_author: dict[str, list[Event]] = defaultdict(list)
         for event in new:
-            if event.author in self._tangled:
-                return False
             by_author[event.author].append(event)
         grown: list[Event] = []
+        refed: dict[str, tuple[list[Event], Feeds]] = {}  # tangled author -> its events new in its feed, its feed
         for author, mine in by_author.items():
+            if author in self._tangled:
+                refed[author] = self._refeed(author, mine)
+                grown.extend(refed[author][0])
+                continue
             more = self._chains[author].extend(mine)
             if more is None:
                 return False
@@ -209,7 +217,9 @@ class LiveFold:
                 self._heads[author] = (more[-1].seq, more[-1].id)
         # the whole batch is indexed before ``touched`` reads the index: a vote's proposal may
         # come in the same batch
-        self._index.extend(grown)
+        self._index.extend(e for e in grown if e.author not in refed)
+        for author, (more, feeds) in refed.items():
+            self._index.refeed(author, more, feeds)
         self._counted += len(grown)
         dirty: set[str] = set()
         for event in grown:
@@ -246,6 +256,27 @@ class LiveFold:
                 self._wait(node_id)
         self._roll_up(changed)
         return True
+
+    def _refeed(self, author: str, mine: list[Event]) -> tuple[list[Event], Feeds]:
+        """Take new events of an author whose feed is forked or cut: its feed made again from
+        its events alone (the cost of its own events, not of the whole set); returns its events
+        that came into it, and that feed. Its issues, heads, pending count and forks are noted
+        here. Only the nodes those events are on settle again, as for any author: how a node
+        reads an author's events there, along each of its chains, depends on the events before
+        them on the same chain alone, and a new event is never before one held (a new branch
+        repeats a prefix already read, and ``_walk_chains`` reads each chain apart)."""
+        before = self._tangled[author]
+        feeds = self._tangled[author] = build_feeds(chain(before.accepted, before.pending, before.cut, mine))
+        had = {e.id for e in before.accepted}
+        more = [e for e in feeds.accepted if e.id not in had]
+        self._pending += len(feeds.pending) - len(before.pending)
+        if author in feeds.heads:
+            self._heads[author] = feeds.heads[author]
+        self._equivocators |= feeds.equivocators
+        if feeds.issues != before.issues:
+            self._feed_issues = sorted(chain((i for i in self._feed_issues if i.author != author), feeds.issues),
+                                       key=lambda i: (i.author, i.seq, i.rule, i.detail))
+        return more, feeds
 
     # --- nodes --------------------------------------------------------------------------
 
@@ -368,7 +399,7 @@ class LiveFold:
             events=self._counted,
             pending=self._pending,
             duplicate_results=self._duplicates,
-            equivocators=self._equivocators,
+            equivocators=frozenset(self._equivocators),
             issues=tuple(issues),
             heads=SortedMap(dict(self._heads)),
             members={a: (self._roles[a], tuple(sorted(self._models[a]))) for a in sorted(self._roles)},

@@ -247,6 +247,42 @@ def test_a_holders_renewal_moves_its_heartbeat() -> None:
     assert live.scratch_folds == 1, "the renewal and the vote are changes"
 
 
+def test_what_an_equivocator_signs_after_its_fork_is_a_change_not_a_whole_fold() -> None:
+    """Once a fork (or a broken link) is folded, what its author signs next, on any branch,
+    is applied as a change, each tree equal to the whole set's fold: an equivocator that goes
+    on signing costs a member its own events, not a fold of everything per batch. A cut
+    author that then forks becomes an equivocator; each chain is read once, as a fold from
+    scratch reads it, however many batches came."""
+    root, scorer, decomposer, _ = _plan()
+    split = decomposer.at(2, ProposalBody(node=root.id, strategy="s", subgoals=(
+        Subgoal(title="a", executable=True), Subgoal(title="b", executable=True))))
+    elsewhere = "ab" * 32  # a node nobody split to: the fork is on it
+    first = scorer.at(3, PromiseBody(node=elsewhere, round=2))
+    forked = scorer.fork(4, PromiseBody(node=elsewhere, round=3))
+    candidate = scorer.at(5, CandidateBody(node=root.id, round=1, value=split.id))  # after ``first``
+    ballot = scorer.at(6, BallotBody(node=root.id, round=1, candidate=candidate.id, approve=True))
+    me, tickets = scorer.author.identity, ticket_sig(scorer.peer_id, "scorer")
+    other_branch = sign_event(me, "scorer", 2, forked.id, Timestamp(7, 0),
+                              BallotBody(node=root.id, round=1, candidate=candidate.id, approve=False), tickets)
+    cut = Feed("live/cut decomposer", "decomposer")
+    cut_first = cut.at(10, ProposalBody(node=elsewhere, strategy="s", subgoals=split.body.subgoals))
+    who, cut_ticket = cut.author.identity, ticket_sig(cut.peer_id, "decomposer")
+    back = sign_event(who, "decomposer", 2, cut_first.id, Timestamp(5, 0), cut_first.body, cut_ticket)
+    second_two = sign_event(who, "decomposer", 2, cut_first.id, Timestamp(20, 0), split.body, cut_ticket)
+    after_it = sign_event(who, "decomposer", 3, second_two.id, Timestamp(21, 0), split.body, cut_ticket)
+    live = _delivered([root, split, first], [forked], [cut_first, back],  # a fork, a cut: from scratch
+                      [candidate, ballot], [other_branch, after_it], [second_two])  # changes (one waits)
+    assert (live.scratch_folds, live.changes) == (3, 3)
+    tree = live.tree()
+    assert tree.nodes[root.id].split == split.id  # the ballot after the fork decided the root
+    assert tree.equivocators == {scorer.peer_id, cut.peer_id}
+    assert [i.rule for i in tree.issues if i.author == cut.peer_id] == ["clock", "fork"]
+    whole = LiveFold(live._events.values())
+    whole.tree()
+    assert live._index.scorer_chains == whole._index.scorer_chains
+    assert live._index.draft_number == whole._index.draft_number
+
+
 def test_a_fold_that_fails_half_way_is_folded_from_scratch_next_time(monkeypatch) -> None:
     """An exception in the middle of a change (here: settling a node) reaches the caller, and
     the next tree is the whole set's fold, not the half-changed state."""
