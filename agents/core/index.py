@@ -1,9 +1,10 @@
 """The events in their feeds, grouped by what they refer to: what ``fold`` settles each node from.
 
 Every list here is in feed order, (author, seq, id), whatever order the events came in:
-``FoldIndex(feeds)`` builds it from a whole set, and ``extend`` adds an author's next
+``FoldIndex(feeds)`` builds it from a whole set, ``extend`` adds an author's next
 events in its feed as if they had been there when it was built (``agents.core.livefold``
-checks that they only extend that author's one chain).
+checks that they only extend that author's one chain), and ``refeed`` adds those of an author
+whose feed is forked or cut, and reads its chains again.
 """
 
 from __future__ import annotations
@@ -143,7 +144,8 @@ class FoldIndex:
         broken link), now in its feed, and read the author's chains again from ``feeds``, a
         ``build_feeds`` of the author's events alone: a branch may have grown or appeared.
         Its events already here stay in its feed (an event's place in it depends on its own
-        chain alone, which later events cannot change)."""
+        chain alone, which later events cannot change). ``numbered`` is set again too, the last
+        chain's count winning; only ``extend``, for one-chain authors, reads it."""
         for event in new:
             self.by_id[event.id] = event
             self._group(event, append=False)

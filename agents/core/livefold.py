@@ -21,12 +21,13 @@ applied as a change:
 
 A new goal grows its tree the same way. An author whose feed is already forked or cut has it
 made again from its own events alone (``build_feeds`` of them), and the events that came into
-it are applied as a change like any other's: an equivocator that goes on signing costs each
-member the work of its own events, not a whole fold per batch. Anything else folds the whole
-set from scratch, as ``fold`` always did: the fork or broken link that first tangles an author
-(``Chain.extend`` returns None), a split replaced (which only more equivocators than a quorum
-tolerates can do), two goals' trees sharing a node. None of them happens in an honest swarm.
-Either way the tree is a function of the set alone, never of the batches it came in.
+it are applied as a change like any other's: a batch of an equivocator that goes on signing
+costs each member work in proportion to that author's own feed, not a whole fold. Anything
+else folds the whole set from scratch, as ``fold`` always did: the fork or broken link that
+first tangles an author (``Chain.extend`` returns None), a split replaced (which only more
+equivocators than a quorum tolerates can do), two goals' trees sharing a node. None of them
+happens in an honest swarm. Either way the tree is a function of the set alone, never of the
+batches it came in.
 """
 
 from __future__ import annotations
@@ -226,6 +227,10 @@ class LiveFold:
             self._count(event, copy=True)
             if isinstance(event.body, VoteBody):
                 self._voters[event.body.proposal] = frozenset(self._index.voters[event.body.proposal])
+        for author, (more, feeds) in refed.items():
+            if more:  # the role of its last event in its feed, as ``fold`` counts them (two tickets, two roots)
+                self._roles[author] = feeds.accepted[-1].role
+        for event in grown:
             touched = self._index.touched(event)
             if touched is not None:
                 dirty.add(touched)
@@ -264,7 +269,10 @@ class LiveFold:
         here. Only the nodes those events are on settle again, as for any author: how a node
         reads an author's events there, along each of its chains, depends on the events before
         them on the same chain alone, and a new event is never before one held (a new branch
-        repeats a prefix already read, and ``_walk_chains`` reads each chain apart)."""
+        repeats a prefix already read, and ``_walk_chains`` reads each chain apart: what it finds
+        is keyed by event id, ``entered`` is a maximum and acks a union, so a prefix read twice
+        reads the same). Its feed is made again whole: a batch costs the author's whole feed,
+        which an equivocator signing on and on makes quadratic in its own events, not in the set's."""
         before = self._tangled[author]
         feeds = self._tangled[author] = build_feeds(chain(before.accepted, before.pending, before.cut, mine))
         had = {e.id for e in before.accepted}

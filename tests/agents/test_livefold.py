@@ -109,7 +109,8 @@ def _more(draw: st.DrawFn, universe: Universe) -> list[Event]:
 
 def _broken(draw: st.DrawFn, universe: Universe, nodes: list[str], at: int) -> list[Event]:
     """A decomposer whose feed breaks as ``build_feeds`` tells: seqs 1-2, then a link that
-    skips a seq, a second seq 1, a clock that goes back or a role that changes; and sometimes
+    skips a seq, a second seq 1 (in its role, or in another it holds a ticket for too), a
+    clock that goes back or a role that changes; and sometimes
     one more event after it. (A first event citing one, or a later one citing none, is
     refused before it is stored: ``check_envelope``.)"""
     me = identity(f"broken {universe.roster[0]}")
@@ -122,8 +123,9 @@ def _broken(draw: st.DrawFn, universe: Universe, nodes: list[str], at: int) -> l
 
     first = signed(1, None, at + 1)
     second = signed(2, first.id, at + 2)
-    how = draw(st.sampled_from(["skip", "second first", "clock", "role"]))
+    how = draw(st.sampled_from(["skip", "second first", "first in another role", "clock", "role"]))
     odd = {"skip": lambda: signed(4, second.id, at + 4), "second first": lambda: signed(1, None, at + 3),
+           "first in another role": lambda: signed(1, None, at + 3, "scorer"),  # admitted twice
            "clock": lambda: signed(3, second.id, at), "role": lambda: signed(3, second.id, at + 3, "scorer")}[how]()
     events = [first, second, odd]
     if draw(st.booleans()):
@@ -281,6 +283,23 @@ def test_what_an_equivocator_signs_after_its_fork_is_a_change_not_a_whole_fold()
     whole.tree()
     assert live._index.scorer_chains == whole._index.scorer_chains
     assert live._index.draft_number == whole._index.draft_number
+
+
+def test_a_peer_with_two_roles_shows_the_role_of_its_last_event_in_its_feed() -> None:
+    """A peer admitted under two tickets starts two feeds' worth of events at seq 1, one per
+    role (a fork): however its later events come, ``members`` shows the role of its last event
+    in (seq, id) order, as a fold from scratch counts them, not that of the last to arrive."""
+    root, _, _, _ = _plan()
+    both = Feed("live/two tickets", "scorer")
+    scorer_feed = [both.at(10 + i, PromiseBody(node=root.id, round=2 + i)) for i in range(3)]  # seqs 1-3
+    me = both.author.identity
+    as_decomposer = ticket_sig(both.peer_id, "decomposer")
+    body = ProposalBody(node=root.id, strategy="s", subgoals=(Subgoal(title="a", executable=True),
+                                                              Subgoal(title="b", executable=True)))
+    first = sign_event(me, "decomposer", 1, None, Timestamp(20, 0), body, as_decomposer)
+    second = sign_event(me, "decomposer", 2, first.id, Timestamp(21, 0), body, as_decomposer)
+    live = _delivered([root, *scorer_feed, first], [second])  # ``same`` compares ``members`` too
+    assert live.tree().members[both.peer_id][0] == "scorer" and live.changes == 1
 
 
 def test_a_fold_that_fails_half_way_is_folded_from_scratch_next_time(monkeypatch) -> None:
