@@ -203,11 +203,11 @@ class LiveFold:
         for event in new:
             by_author[event.author].append(event)
         grown: list[Event] = []
-        refed: dict[str, tuple[list[Event], Feeds]] = {}  # tangled author -> its events new in its feed, its feed
+        refed: dict[str, list[Event]] = {}  # tangled author -> its events new in its feed
         for author, mine in by_author.items():
             if author in self._tangled:
                 refed[author] = self._refeed(author, mine)
-                grown.extend(refed[author][0])
+                grown.extend(refed[author])
                 continue
             more = self._chains[author].extend(mine)
             if more is None:
@@ -219,22 +219,21 @@ class LiveFold:
         # the whole batch is indexed before ``touched`` reads the index: a vote's proposal may
         # come in the same batch
         self._index.extend(e for e in grown if e.author not in refed)
-        for author, (more, feeds) in refed.items():
-            self._index.refeed(author, more, feeds)
+        for author, more in refed.items():
+            self._index.refeed(author, more, self._tangled[author])
         self._counted += len(grown)
         dirty: set[str] = set()
         for event in grown:
             self._count(event, copy=True)
             if isinstance(event.body, VoteBody):
                 self._voters[event.body.proposal] = frozenset(self._index.voters[event.body.proposal])
-        for author, (more, feeds) in refed.items():
-            if more:  # the role of its last event in its feed, as ``fold`` counts them (two tickets, two roots)
-                self._roles[author] = feeds.accepted[-1].role
-        for event in grown:
             touched = self._index.touched(event)
             if touched is not None:
                 dirty.add(touched)
             dirty.update(self._awaited.pop(event.id, ()))
+        for author, more in refed.items():
+            if more:  # the role of its last event in its feed, as ``fold`` counts them (two tickets, two roots)
+                self._roles[author] = self._tangled[author].accepted[-1].role
         if grown:
             _merge(self._ids, sorted(e.id for e in grown))
         goals = [self._goal(e) for e in grown if isinstance(e.body, GoalBody)]
@@ -262,10 +261,10 @@ class LiveFold:
         self._roll_up(changed)
         return True
 
-    def _refeed(self, author: str, mine: list[Event]) -> tuple[list[Event], Feeds]:
+    def _refeed(self, author: str, mine: list[Event]) -> list[Event]:
         """Take new events of an author whose feed is forked or cut: its feed made again from
-        its events alone (the cost of its own events, not of the whole set); returns its events
-        that came into it, and that feed. Its issues, heads, pending count and forks are noted
+        its events alone (the cost of its own events, not of the whole set, kept in ``_tangled``);
+        returns its events that came into it. Its issues, heads, pending count and forks are noted
         here. Only the nodes those events are on settle again, as for any author: how a node
         reads an author's events there, along each of its chains, depends on the events before
         them on the same chain alone, and a new event is never before one held (a new branch
@@ -284,7 +283,7 @@ class LiveFold:
         if feeds.issues != before.issues:
             self._feed_issues = sorted(chain((i for i in self._feed_issues if i.author != author), feeds.issues),
                                        key=lambda i: (i.author, i.seq, i.rule, i.detail))
-        return more, feeds
+        return more
 
     # --- nodes --------------------------------------------------------------------------
 
