@@ -23,7 +23,7 @@ from pathlib import Path
 from agents.core.decode import decode_event
 from agents.core.fold import fold
 from agents.core.livefold import LiveFold
-from bench.synthetic import equivocation, plan_log
+from bench.synthetic import comb, equivocation, plan_log
 from chaos.sim.plan import simulate_plan
 from chaos.sim.runner import quiet_logs
 from chaos.sim.world import SimConfig
@@ -83,6 +83,16 @@ def _fold_memory(events: list) -> tuple[float, float]:
     return held / 1e6, alone / 1e6
 
 
+def _peak_mb(events: list) -> float:
+    """The most MB traced while folding ``events`` from scratch."""
+    tracemalloc.start()
+    try:
+        fold(events)
+        return tracemalloc.get_traced_memory()[1] / 1e6
+    finally:
+        tracemalloc.stop()
+
+
 def _one_more(held: list, arriving: list) -> LiveFold:
     """Print a row: ``held`` and one more event folded from scratch, against a ``LiveFold`` of
     ``held`` taking ``arriving`` one at a time (the median); returns that ``LiveFold``."""
@@ -130,6 +140,17 @@ def core() -> None:
         fork, after = equivocation([e.id for e in held if e.kind == "proposal"], 50)
         live = _one_more(held + fork, after)
         assert live.scratch_folds == 1 and live.tree().equivocators, "the equivocator's events were not changes"
+    print("\n## a feed forked at every seq (a comb), one admitted scorer on the roster: its promises and "
+          "candidates on the root; baseline: as many events on one chain, in the same run")
+    print("| events | comb: fold (s) | comb: peak MB | one chain: fold (s) | one chain: peak MB | x the chain's time |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for size in (1_000, 4_000, 16_000):
+        figures = []
+        for forked in (True, False):
+            shaped = comb(size, forked)
+            figures += [median_seconds(lambda shaped=shaped: fold(shaped)), _peak_mb(shaped)]
+        print(f"| {size:,} | {figures[0]:.3f} | {figures[1]:.1f} | {figures[2]:.3f} | {figures[3]:.1f} "
+              f"| {figures[0] / figures[2]:.1f} |", flush=True)
     held_mb, tree_mb = _fold_memory(events[:100_000])
     print(f"\nmemory at 100,000 events: a LiveFold and its tree hold {held_mb:.0f} MB, a tree alone "
           f"{tree_mb:.0f} MB (the price of not folding from scratch; tracemalloc)", flush=True)

@@ -23,6 +23,7 @@ from agents.core.events import (
     ClaimBody,
     Event,
     GoalBody,
+    PromiseBody,
     ProposalBody,
     ResultBody,
     Role,
@@ -108,3 +109,34 @@ def equivocation(proposals: list[str], count: int) -> tuple[list[Event], list[Ev
         clock[0] += 1
         after.append(scorer.sign(vote(number)))
     return [first, other], after
+
+
+def comb(events: int, forked: bool) -> list[Event]:
+    """A goal whose roster is one admitted scorer, and ``events`` more by that scorer on the
+    goal's root: promises into ever later rounds, and candidates. ``forked``: its feed forks at
+    every seq (a comb: each event beside a second one at its seq, citing the same predecessor,
+    the chain going on from the first), a shape one admitted key can sign at will; otherwise
+    the same number of events on one chain."""
+    clock = [1_767_225_600_000]
+    client, scorer = _author("bench/comb client", "client", clock), _author("bench/comb scorer", "scorer", clock)
+    made = client.sign(GoalBody(text="a comb", scorers=(scorer.peer_id,), quorum=1, max_depth=2,
+                                claim_lease_ms=1000, hold_limit_ms=4000, round_ms=1000))
+    out = [made]
+
+    def body(number: int) -> PromiseBody | CandidateBody:
+        round_ = 2 + number // 2 % 998
+        if number % 2 == 0:
+            return PromiseBody(node=made.id, round=round_)
+        return CandidateBody(node=made.id, round=round_, value=made.id, promises=(made.id,))
+
+    number = 0
+    while len(out) <= events:
+        clock[0] += 2
+        seq, prev = scorer.seq, scorer.prev
+        out.append(scorer.sign(body(number)))
+        number += 1
+        if forked and len(out) <= events:
+            out.append(sign_event(scorer.identity, "scorer", seq + 1, prev, Timestamp(clock[0] + 1, 0),
+                                  body(number), scorer.ticket))
+            number += 1
+    return out

@@ -54,6 +54,11 @@ class Feed:
         self.history.append(event)
         return event
 
+    def go_on_after(self, event: Event) -> None:
+        """Sign the next event after ``event``, an earlier one of this feed: that forks the feed
+        there, and the feed goes on along the new branch (an equivocator signing on both)."""
+        self.author.seq, self.author.prev = event.seq, event.id
+
     def fork(self, ms: int, body: object) -> Event:
         """Sign ``body`` at the seq of this feed's last event, citing the same predecessor: a
         second branch (equivocation). The feed then continues after its first branch."""

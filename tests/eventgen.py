@@ -9,8 +9,9 @@ either, second ballots in one round and *late* ballots cast in an earlier
 round after their scorer promised a later one (neither may count). Executors claim leaves in epochs, scorers
 ack a favourite claim or any claim, and leaves run the same rounds over their
 results. Up to ``f = 2q - n - 1`` scorers *equivocate*: they sign a second
-branch at the same seq (a second ballot, candidate or ack), which is what the
-quorum sizes must tolerate.
+branch at the same seq (a second ballot, candidate or ack), then go on signing
+after any of their earlier events (their feeds become trees of long branches,
+not one chain with stubs), which is what the quorum sizes must tolerate.
 
 Every event is properly signed, admitted and chained: what is adversarial is
 the behaviour, the competition and the forks. Nothing here reads the fold: the
@@ -71,6 +72,9 @@ class _World:
         return self.clock
 
     def emit(self, feed: Feed, body: object, alternative: object | None = None) -> Event:
+        if feed.peer_id in self.forked and self.draw(st.integers(0, 4)) == 0:
+            # an equivocator goes on along one of its branches: its feed is a tree, not a comb
+            feed.go_on_after(self.draw(st.sampled_from([e for e in self.events if e.author == feed.peer_id])))
         event = feed.at(self.tick(), body)
         self.events.append(event)
         if alternative is not None and feed.peer_id in self.forkers and self.draw(st.integers(0, 2)) == 0:

@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from agents.core.branches import Branches
 from agents.core.clock import Timestamp
 from agents.core.events import AckBody, Event, FailureBody, RenewBody, ResultBody
 from agents.core.tree import ClaimView
@@ -38,24 +39,32 @@ class LeafClaims:
 
 
 def settle(leaf: str, quorum: int, claims: Sequence[Event], results: Sequence[Event],
-           chains_by_scorer: Mapping[str, Sequence[Sequence[Event]]],
+           chains_by_scorer: Mapping[str, Branches],
            followups: Mapping[str, Sequence[Event]], result_number: Mapping[str, int]) -> LeafClaims:
     """Decide one leaf's claims. ``claims``/``results`` are the held events on it;
-    ``chains_by_scorer`` holds each roster scorer's acks on it, one list per chain;
+    ``chains_by_scorer`` holds each roster scorer's acks on it, along its chains;
     ``followups`` maps a claim id to the renewals and failures citing it;
     ``result_number`` numbers each result among its author's results on the leaf."""
     by_claim = {c.id: c for c in claims}
     acks: dict[str, set[str]] = defaultdict(set)
-    for scorer, chains in chains_by_scorer.items():
-        for chain in chains:
-            acked_epochs: set[int] = set()
-            for event in chain:
-                body = event.body
-                if isinstance(body, AckBody) and body.epoch not in acked_epochs:
-                    acked_epochs.add(body.epoch)
-                    claim = by_claim.get(body.claim)
-                    if claim is not None and claim.body.epoch == body.epoch:  # type: ignore[union-attr]
-                        acks[claim.id].add(scorer)
+    for scorer, branches in chains_by_scorer.items():
+        acked_epochs: set[int] = set()
+        undo: list[int | None] = []  # per event on this chain: the epoch it acked first
+        forked = branches.forked
+        for depth, event in branches.steps():
+            while len(undo) > depth:  # back to the branch point (``Branches``)
+                if (epoch := undo.pop()) is not None:
+                    acked_epochs.discard(epoch)
+            body = event.body
+            first = None
+            if isinstance(body, AckBody) and body.epoch not in acked_epochs:
+                first = body.epoch
+                acked_epochs.add(first)
+                claim = by_claim.get(body.claim)
+                if claim is not None and claim.body.epoch == first:  # type: ignore[union-attr]
+                    acks[claim.id].add(scorer)
+            if forked:
+                undo.append(first)
 
     outcome = LeafClaims()
     granted: dict[int, list[Event]] = defaultdict(list)

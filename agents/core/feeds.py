@@ -172,28 +172,6 @@ def build_feeds(events: Iterable[Event]) -> Feeds:
     )
 
 
-def chain_order(feeds: Feeds, author_events: list[Event]) -> list[list[Event]]:
-    """An author's events in the feed as chains from seq 1: one list per branch tip.
-
-    Without a fork that is one list (the feed in order). A fork gives one list per
-    branch, sharing the common prefix: walking each in order is walking "earlier on
-    the event's own chain", which is what exclusivity rules count along."""
-    if not author_events:
-        return []
-    if author_events[0].author not in feeds.equivocators:  # no fork: one chain, in seq order
-        return [sorted(author_events, key=lambda e: e.seq)]
-    in_feed = {e.id: e for e in author_events}
-    has_child = {feeds.parent[e.id] for e in author_events if e.id in feeds.parent}
-    tips = sorted((e for e in author_events if e.id not in has_child), key=lambda e: (e.seq, e.id))
-    chains = []
-    for tip in tips:
-        chain = [tip]
-        while chain[-1].id in feeds.parent:
-            chain.append(in_feed[feeds.parent[chain[-1].id]])
-        chains.append(list(reversed(chain)))
-    return chains
-
-
 @dataclass
 class Chain:
     """An author's feed while it is one chain (no fork, no broken link): its events by seq, how

@@ -13,6 +13,7 @@ from bisect import insort
 from collections import defaultdict
 from collections.abc import Iterable
 
+from agents.core.branches import Branches, walk_feed
 from agents.core.events import (
     AckBody,
     BallotBody,
@@ -27,7 +28,7 @@ from agents.core.events import (
     ResultBody,
     VoteBody,
 )
-from agents.core.feeds import Feeds, chain_order
+from agents.core.feeds import Feeds
 
 
 def feed_key(event: Event) -> tuple[str, int, str]:
@@ -55,35 +56,67 @@ class FoldIndex:
         self.votes: dict[str, dict[str, Event]] = defaultdict(dict)  # proposal -> scorer -> vote
         self.voters: dict[str, set[str]] = defaultdict(set)
         self.candidates: dict[str, list[Event]] = defaultdict(list)  # node -> candidates
+        self.first_candidates: set[str] = set()  # its author's first on its chain for its (node, round)
+        self._named: set[tuple[str, str, int]] = set()  # (author, node, round) of the candidates here
         self.claims: dict[str, list[Event]] = defaultdict(list)  # leaf -> claims
         self.results: dict[str, list[Event]] = defaultdict(list)  # leaf -> results
         self.followups: dict[str, list[Event]] = defaultdict(list)  # claim -> renew/failure
-        # scorer -> node or leaf -> one list per chain of its promises, ballots, acks, accepts there
-        self.scorer_chains: dict[str, dict[str, list[list[Event]]]] = defaultdict(lambda: defaultdict(list))
+        # scorer -> node or leaf -> its promises, ballots and acks there, along its chains
+        self.scorer_chains: dict[str, dict[str, Branches]] = defaultdict(lambda: defaultdict(Branches))
         by_author: dict[str, list[Event]] = defaultdict(list)
         for event in feeds.accepted:
             by_author[event.author].append(event)
             self._group(event, append=True)
         self.goals.sort(key=lambda e: e.order_key)
         for author, events in by_author.items():
-            self._along_chains(author, chain_order(feeds, events))
+            if author in feeds.equivocators:
+                self._along_chains(author, walk_feed(feeds, events))
+            else:
+                for event in sorted(events, key=lambda e: e.seq):  # one chain
+                    self._next_on_chain(event)
 
-    def _along_chains(self, author: str, chains: list[list[Event]]) -> None:
-        """What the index reads along an author's chains: its drafts' and results' numbers, a
-        scorer's events per node or leaf, one list per chain."""
-        for chain in chains:
-            role = chain[0].role  # one role per chain (a role change cuts it); not per author
-            if role == "decomposer":
-                self._number(chain, ProposalBody, self.draft_number)
-            elif role == "executor":
-                self._number(chain, ResultBody, self.result_number)
-            elif role == "scorer":
-                per_target: dict[str, list[Event]] = defaultdict(list)
-                for event in chain:
-                    if isinstance(event.body, (PromiseBody, BallotBody, AckBody)):
-                        per_target[target(event)].append(event)  # type: ignore[index]
-                for node, mine in per_target.items():
-                    self.scorer_chains[author][node].append(mine)
+    def _along_chains(self, author: str, walk: Iterable[tuple[int, Event]]) -> None:
+        """What the index reads along a forked author's chains, walking its feed once
+        (``branches.walk_feed``; ``_next_on_chain`` reads one chain): a decomposer's proposals
+        and an executor's results numbered per node or leaf along their chain, a scorer's
+        events on each node or leaf gathered into its ``Branches`` there, the first candidate
+        per (node, round) on each chain. Its ``numbered`` is its longest chain's count."""
+        count: dict[str, int] = defaultdict(int)  # node -> the author's numbered events on it, on this chain
+        depth_on: dict[str, int] = defaultdict(int)  # node -> the scorer's events on it, on this chain
+        named: set[tuple[str, int]] = set()  # (node, round) of the candidates on this chain
+        # per event on this chain: the count it raised, the depth it raised, the (node, round) it named first
+        undo: list[tuple[str | None, str | None, tuple[str, int] | None]] = []
+        trees = self.scorer_chains[author]
+        for depth, event in walk:
+            while len(undo) > depth:  # back to the branch point: the chain this event is on
+                counted, placed, first = undo.pop()
+                if counted is not None:
+                    count[counted] -= 1
+                if placed is not None:
+                    depth_on[placed] -= 1
+                if first is not None:
+                    named.discard(first)
+            counted = placed = first = None
+            body, role = event.body, event.role  # one role per chain (a role change cuts it), not per author
+            if (role == "decomposer" and isinstance(body, ProposalBody)) or (
+                    role == "executor" and isinstance(body, ResultBody)):
+                counted = target(event)
+                number = count[counted] = count[counted] + 1  # type: ignore[index]
+                (self.draft_number if role == "decomposer" else self.result_number)[event.id] = number
+                key = (author, counted)
+                self.numbered[key] = max(self.numbered.get(key, 0), number)  # type: ignore[arg-type]
+            elif role == "scorer" and isinstance(body, (PromiseBody, BallotBody, AckBody)):
+                placed = target(event)
+                trees[placed].add(event, depth_on[placed])  # type: ignore[index]
+                depth_on[placed] += 1  # type: ignore[index]
+            elif isinstance(body, CandidateBody) and (body.node, body.round) not in named:
+                first = (body.node, body.round)
+                named.add(first)
+                self._named.add((author, *first))
+                self.first_candidates.add(event.id)
+            undo.append((counted, placed, first))
+        if not trees:
+            del self.scorer_chains[author]
 
     def _group(self, event: Event, append: bool) -> None:
         body = event.body
@@ -109,48 +142,41 @@ class FoldIndex:
         elif isinstance(body, (RenewBody, FailureBody)):
             add(self.followups[body.claim], event)
 
-    def _number(self, chain: list[Event], kind: type, numbers: dict[str, int]) -> None:
-        """Number an author's proposals per node (or results per leaf) along its chain."""
-        count: dict[str, int] = defaultdict(int)
-        for event in chain:
-            if isinstance(event.body, kind):
-                node = target(event)
-                count[node] += 1  # type: ignore[index]
-                numbers[event.id] = count[node]  # type: ignore[index]
-        for node, number in count.items():
-            self.numbered[(chain[0].author, node)] = number
-
     def extend(self, events: Iterable[Event]) -> None:
         """Add an author's next events in its feed, in seq order: the feed's one chain (no
         fork, no broken link) grows by them."""
         for event in events:
             self.by_id[event.id] = event
             self._group(event, append=False)
-            body, role = event.body, event.role
-            if (role == "decomposer" and isinstance(body, ProposalBody)) or (
-                    role == "executor" and isinstance(body, ResultBody)):
-                key = (event.author, target(event))
-                number = self.numbered[key] = self.numbered.get(key, 0) + 1  # type: ignore[index]
-                (self.draft_number if role == "decomposer" else self.result_number)[event.id] = number
-            elif role == "scorer" and isinstance(body, (PromiseBody, BallotBody, AckBody)):
-                chains = self.scorer_chains[event.author][target(event)]  # type: ignore[index]
-                if chains:
-                    chains[0].append(event)
-                else:
-                    chains.append([event])
+            self._next_on_chain(event)
+
+    def _next_on_chain(self, event: Event) -> None:
+        """Read the next event of an author whose feed is one chain: numbered, its scorer
+        events grown, a candidate first for its round when its author named none before."""
+        body, role = event.body, event.role
+        if (role == "decomposer" and isinstance(body, ProposalBody)) or (
+                role == "executor" and isinstance(body, ResultBody)):
+            key = (event.author, target(event))
+            number = self.numbered[key] = self.numbered.get(key, 0) + 1  # type: ignore[index]
+            (self.draft_number if role == "decomposer" else self.result_number)[event.id] = number
+        elif role == "scorer" and isinstance(body, (PromiseBody, BallotBody, AckBody)):
+            self.scorer_chains[event.author][target(event)].grow(event)  # type: ignore[index]
+        elif isinstance(body, CandidateBody) and (key := (event.author, body.node, body.round)) not in self._named:
+            self._named.add(key)  # its author's one chain holds no other for this round
+            self.first_candidates.add(event.id)
 
     def refeed(self, author: str, new: Iterable[Event], feeds: Feeds) -> None:
         """Add ``new``, events of an author whose feed is not one chain (forked, or cut at a
         broken link), now in its feed, and read the author's chains again from ``feeds``, a
         ``build_feeds`` of the author's events alone: a branch may have grown or appeared.
         Its events already here stay in its feed (an event's place in it depends on its own
-        chain alone, which later events cannot change). ``numbered`` is set again too, the last
-        chain's count winning; only ``extend``, for one-chain authors, reads it."""
+        chain alone, which later events cannot change). ``numbered`` is set again too (its longest chain's count);
+        only ``extend``, for one-chain authors, reads it."""
         for event in new:
             self.by_id[event.id] = event
             self._group(event, append=False)
         self.scorer_chains.pop(author, None)
-        self._along_chains(author, chain_order(feeds, list(feeds.accepted)))
+        self._along_chains(author, walk_feed(feeds, feeds.accepted))
 
     def touched(self, event: Event) -> str | None:
         """The node or leaf whose settling reads ``event``: the one it names, a vote's
@@ -165,7 +191,8 @@ class FoldIndex:
             return cited.body.leaf if cited is not None and isinstance(cited.body, ClaimBody) else None
         return target(event)
 
-    def chains(self, node: str, roster: tuple[str, ...]) -> dict[str, list[list[Event]]]:
+    def chains(self, node: str, roster: tuple[str, ...]) -> dict[str, Branches]:
+        """The roster scorers' promises, ballots and acks on ``node``, by scorer."""
         return {s: self.scorer_chains[s][node] for s in roster if node in self.scorer_chains.get(s, {})}
 
 

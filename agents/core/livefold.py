@@ -267,10 +267,10 @@ class LiveFold:
         returns its events that came into it. Its issues, heads, pending count and forks are noted
         here. Only the nodes those events are on settle again, as for any author: how a node
         reads an author's events there, along each of its chains, depends on the events before
-        them on the same chain alone, and a new event is never before one held (a new branch
-        repeats a prefix already read, and ``_walk_chains`` reads each chain apart: what it finds
-        is keyed by event id, ``entered`` is a maximum and acks a union, so a prefix read twice
-        reads the same). Its feed is made again whole: a batch costs the author's whole feed,
+        them on the same chain alone, and a new event is never before one held (``_walk_chains``
+        reads each event with what is before it on its own chain, ``branches.Branches``: what it
+        finds is keyed by event id, ``entered`` is a maximum and acks a union, so what a new
+        branch adds never changes what was read before). Its feed is made again whole: a batch costs the author's whole feed,
         which an equivocator signing on and on makes quadratic in its own events, not in the set's."""
         before = self._tangled[author]
         feeds = self._tangled[author] = build_feeds(chain(before.accepted, before.pending, before.cut, mine))

@@ -21,10 +21,11 @@ take one away.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from agents.core.branches import Branches
 from agents.core.events import BallotBody, CandidateBody, Event, PromiseBody
 from agents.core.tree import Goal, PromiseView, RoundView
 
@@ -60,82 +61,66 @@ class NodeRounds:
     breach: str = ""  # two values accepted: more equivocators than the quorum tolerates
 
 
-def _walk_chains(chains_by_scorer: Mapping[str, Sequence[Sequence[Event]]]
+def _walk_chains(chains_by_scorer: Mapping[str, Branches]
                  ) -> tuple[dict[str, _Ballot], dict[str, _Promise], dict[str, int]]:
-    """Round ballots and counted promises, read along each scorer's chains."""
+    """Round ballots and counted promises, read along each scorer's chains (one walk of its
+    ``Branches``, undoing what a branch it leaves had read)."""
     ballots: dict[str, _Ballot] = {}
     promises: dict[str, _Promise] = {}
     entered: dict[str, int] = {}
-    for scorer, chains in chains_by_scorer.items():
-        for chain in chains:
-            current = 1
-            balloted: set[int] = set()
-            approved: list[_Ballot] = []
-            for event in chain:
-                body = event.body
-                if isinstance(body, PromiseBody):
-                    if body.round > current:
-                        promises[event.id] = _Promise(event, scorer, body.round, tuple(approved))
-                        current = body.round
-                elif isinstance(body, BallotBody):
-                    if body.round in balloted:
-                        continue
-                    balloted.add(body.round)
-                    if body.round >= current:
-                        ballot = _Ballot(event, scorer, body.round, body.candidate, body.approve)
-                        ballots[event.id] = ballot
-                        if body.approve:
-                            approved.append(ballot)
-                    current = max(current, body.round)
-            entered[scorer] = max(entered.get(scorer, 1), current)
+    for scorer, branches in chains_by_scorer.items():
+        current = highest = 1
+        balloted: set[int] = set()
+        approved: list[_Ballot] = []
+        undo: list[tuple[int, int | None, bool]] = []  # per event on this chain: current before it, what it added
+        forked = branches.forked
+        for depth, event in branches.steps():
+            while len(undo) > depth:
+                current, added, grew = undo.pop()
+                if added is not None:
+                    balloted.discard(added)
+                if grew:
+                    approved.pop()
+            before, added, grew = current, None, False
+            body = event.body
+            if isinstance(body, PromiseBody):
+                if body.round > current:
+                    promises[event.id] = _Promise(event, scorer, body.round, tuple(approved))
+                    current = body.round
+            elif isinstance(body, BallotBody) and body.round not in balloted:
+                balloted.add(body.round)
+                added = body.round
+                if body.round >= current:
+                    ballot = _Ballot(event, scorer, body.round, body.candidate, body.approve)
+                    ballots[event.id] = ballot
+                    if body.approve:
+                        approved.append(ballot)
+                        grew = True
+                current = max(current, body.round)
+            if forked:
+                undo.append((before, added, grew))
+            highest = max(highest, current)
+        entered[scorer] = highest
     return ballots, promises, entered
 
 
-def _first_candidates(candidates: Sequence[Event], held: Mapping[str, Event]) -> set[str]:
-    """The candidates that are their author's first for their round on their own chain: a
-    coordinator names one value per round; a second one on the same chain (no fork, so no
-    equivocation to see) would split the round's ballots for good.
-
-    ``candidates`` holds every candidate of the node by these authors, so an earlier one on
-    a candidate's chain is among those of its (author, round); the walk back along ``prev``
-    stops below the lowest seq of that group instead of running to the feed's start (a
-    walk per candidate over a long feed made folding a large log quadratic)."""
-    groups: dict[tuple[str, int], list[Event]] = defaultdict(list)
-    for event in candidates:
-        body = event.body
-        assert isinstance(body, CandidateBody)
-        groups[(event.author, body.round)].append(event)
-    first: set[str] = set()
-    for group in groups.values():
-        if len(group) == 1:
-            first.add(group[0].id)
-            continue
-        ids = {event.id for event in group}
-        lowest = min(event.seq for event in group)
-        for event in group:
-            earlier = held.get(event.prev) if event.prev else None
-            while earlier is not None and earlier.seq >= lowest and earlier.id not in ids:
-                earlier = held.get(earlier.prev) if earlier.prev else None
-            if earlier is None or earlier.seq < lowest:
-                first.add(event.id)
-    return first
-
-
 def settle(goal: Goal, node: str, drafts: Mapping[str, bool | None], candidates: Sequence[Event],
-           chains_by_scorer: Mapping[str, Sequence[Sequence[Event]]], held: Mapping[str, Event]) -> NodeRounds:
+           firsts: Container[str], chains_by_scorer: Mapping[str, Branches], held: Mapping[str, Event]) -> NodeRounds:
     """Decide one node's rounds.
 
     ``drafts`` maps every held value on this node to whether it may be named: a
     proposal within its author's first three on an inner node; on a leaf, a result
     by the author of a granted claim (None: not yet, its claim may still be granted);
     ``candidates`` are the held candidate events
-    on this node by roster scorers; ``chains_by_scorer`` holds each roster scorer's
-    promises and ballots on this node, one list per chain (``feeds.chain_order``);
+    on this node by roster scorers; ``firsts`` holds (at least) those that are their
+    author's first for their round on their own chain (``FoldIndex.first_candidates``): a
+    coordinator names one value per round, and a second one on the same chain (no fork, so
+    no equivocation to see) would split the round's ballots for good; ``chains_by_scorer`` holds each roster scorer's
+    promises and ballots on this node, along its chains (``branches.Branches``);
     ``held`` is every event in the member's feeds, by id.
     """
     quorum = goal.quorum
     ballots, promises, entered = _walk_chains(chains_by_scorer)
-    firsts = _first_candidates(candidates, held)
     status: dict[str, Validity] = {}
     value_of: dict[str, str] = {}
     forced: dict[str, bool] = {}

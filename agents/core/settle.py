@@ -106,7 +106,7 @@ def _run_rounds(goal: Goal, node_id: str, values: dict[str, bool | None], index:
     roster = frozenset(goal.scorers)
     outcome = round_rules.settle(goal, node_id, values,
                                  [c for c in index.candidates.get(node_id, ()) if c.author in roster],
-                                 index.chains(node_id, goal.scorers), held)
+                                 index.first_candidates, index.chains(node_id, goal.scorers), held)
     for round_, view in outcome.rounds.items():
         settled.rounds[(node_id, round_)] = view
     settled.entered = outcome.entered
@@ -124,8 +124,8 @@ def _settle_leaf(settled: Settled, leaf: leaf_rules.LeafClaims, outcome: round_r
     node = settled.node
     settled.claims.update(leaf.claims)
     for scorer in sorted(index.scorer_chains):  # not in the order authors came: a set has none
-        chains = index.scorer_chains[scorer].get(node.id, ())
-        epochs = [e.body.epoch for chain in chains for e in chain if isinstance(e.body, AckBody)]
+        mine = index.scorer_chains[scorer].get(node.id)
+        epochs = [e.body.epoch for e in mine.events if isinstance(e.body, AckBody)] if mine else []
         if epochs:
             settled.acked[(node.id, scorer)] = max(epochs)
     if leaf.breach:

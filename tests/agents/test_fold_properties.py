@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -103,7 +105,7 @@ def _agree(events) -> None:
 
 def test_the_generator_produces_decisions_and_equivocations() -> None:
     """A property over universes that never accept anything would prove nothing."""
-    seen = {"split": 0, "result": 0, "forks": 0, "rounds>1": 0}
+    seen = {"split": 0, "result": 0, "forks": 0, "rounds>1": 0, "branches go on": 0}
 
     @settings(max_examples=150, deadline=None, derandomize=True, database=None,
               suppress_health_check=[HealthCheck.too_slow])
@@ -114,6 +116,9 @@ def test_the_generator_produces_decisions_and_equivocations() -> None:
         seen["result"] += any(n.result for n in tree.nodes.values())
         seen["forks"] += bool(universe.equivocators)
         seen["rounds>1"] += any(n.split_round and n.split_round > 1 for n in tree.nodes.values())
+        cited = Counter(e.prev for e in universe.events if e.prev is not None)
+        siblings = Counter((e.author, e.prev) for e in universe.events if cited[e.id])
+        seen["branches go on"] += any(n > 1 for n in siblings.values())  # two branches of a fork, both signed on
 
     count()
     assert all(v >= 10 for v in seen.values()), seen

@@ -283,6 +283,7 @@ def test_what_an_equivocator_signs_after_its_fork_is_a_change_not_a_whole_fold()
     whole.tree()
     assert live._index.scorer_chains == whole._index.scorer_chains
     assert live._index.draft_number == whole._index.draft_number
+    assert live._index.first_candidates == whole._index.first_candidates
 
 
 def test_a_peer_with_two_roles_shows_the_role_of_its_last_event_in_its_feed() -> None:
