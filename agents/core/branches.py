@@ -2,19 +2,21 @@
 
 The decision rules count "earlier on the event's own chain" (PROTOCOL.md, sections 4-7): a
 scorer's first ballot per round, its first ack per epoch, the approvals a promise reports, a
-decomposer's first three proposals on a node. An honest feed is one chain. An equivocator's
+coordinator's first candidate per round, a decomposer's first three proposals on a node. An
+honest feed is one chain. An equivocator's
 is a tree through ``prev``, and listing its root-to-tip chains costs the sum of their lengths:
 a feed forked at every seq (a comb, which one admitted key can sign) has as many chains as
 events, so reading them chain by chain is quadratic in time and memory.
 
-A ``Branches`` holds each event once, in depth-first order, with its depth: how many events
+A ``Branches`` (a scorer's events on one node, ``agents.core.index``) holds each event once, in depth-first order, with its depth: how many events
 before it on its own chain it holds. A reader walks it once and keeps an undo log, one entry
 per event on the chain it is on: at an event of depth ``d`` it first undoes the entries past
 the ``d``-th (the branch it leaves), so its state is always that of the event's own chain.
 Along one chain nothing is ever undone, and a reader keeps no log (``forked`` is false).
 
-``walk_feed`` walks an author's feed itself, depth first, so that its events on each node
-can be gathered into the ``Branches`` of that node.
+``walk_feed`` walks an author's feed itself, depth first and in the same way: the index
+numbers proposals and results and finds first candidates along it, and gathers a scorer's
+events on each node into the ``Branches`` of that node.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ class Branches:
     events: list[Event] = field(default_factory=list)
     depths: list[int] = field(default_factory=list)
     forked: bool = False  # more than one chain: a reader needs its undo log
-
 
     def add(self, event: Event, depth: int) -> None:
         """Add an event whose chain holds ``depth`` of the events here before it; the events

@@ -57,7 +57,7 @@ class FoldIndex:
         self.voters: dict[str, set[str]] = defaultdict(set)
         self.candidates: dict[str, list[Event]] = defaultdict(list)  # node -> candidates
         self.first_candidates: set[str] = set()  # its author's first on its chain for its (node, round)
-        self._named: set[tuple[str, str, int]] = set()  # (author, node, round) of the candidates here
+        self._named: set[tuple[str, str, int]] = set()  # (author, node, round) of one-chain authors' candidates
         self.claims: dict[str, list[Event]] = defaultdict(list)  # leaf -> claims
         self.results: dict[str, list[Event]] = defaultdict(list)  # leaf -> results
         self.followups: dict[str, list[Event]] = defaultdict(list)  # claim -> renew/failure
@@ -76,11 +76,12 @@ class FoldIndex:
                     self._next_on_chain(event)
 
     def _along_chains(self, author: str, walk: Iterable[tuple[int, Event]]) -> None:
-        """What the index reads along a forked author's chains, walking its feed once
-        (``branches.walk_feed``; ``_next_on_chain`` reads one chain): a decomposer's proposals
-        and an executor's results numbered per node or leaf along their chain, a scorer's
-        events on each node or leaf gathered into its ``Branches`` there, the first candidate
-        per (node, round) on each chain. Its ``numbered`` is its longest chain's count."""
+        """What the index reads along the chains of an author whose feed is forked (or cut),
+        walking its feed once (``branches.walk_feed``; ``_next_on_chain`` reads one chain): a
+        decomposer's proposals and an executor's results numbered per node or leaf along their
+        chain, a scorer's events on each node or leaf gathered into its ``Branches`` there, the
+        first candidate per (node, round) on each chain. Its ``numbered`` is the highest count
+        on any chain."""
         count: dict[str, int] = defaultdict(int)  # node -> the author's numbered events on it, on this chain
         depth_on: dict[str, int] = defaultdict(int)  # node -> the scorer's events on it, on this chain
         named: set[tuple[str, int]] = set()  # (node, round) of the candidates on this chain
@@ -112,7 +113,6 @@ class FoldIndex:
             elif isinstance(body, CandidateBody) and (body.node, body.round) not in named:
                 first = (body.node, body.round)
                 named.add(first)
-                self._named.add((author, *first))
                 self.first_candidates.add(event.id)
             undo.append((counted, placed, first))
         if not trees:
@@ -170,7 +170,7 @@ class FoldIndex:
         broken link), now in its feed, and read the author's chains again from ``feeds``, a
         ``build_feeds`` of the author's events alone: a branch may have grown or appeared.
         Its events already here stay in its feed (an event's place in it depends on its own
-        chain alone, which later events cannot change). ``numbered`` is set again too (its longest chain's count);
+        chain alone, which later events cannot change). ``numbered`` is set again too (the highest count on any chain);
         only ``extend``, for one-chain authors, reads it."""
         for event in new:
             self.by_id[event.id] = event

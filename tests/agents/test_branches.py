@@ -100,14 +100,26 @@ def _trees(draw: st.DrawFn) -> list[Event]:
                                  value="ef" * 32, promises=() if round_ == 1 else ("ab" * 32,))
         else:
             body = PromiseBody(node="cd" * 32, round=max(2, round_))
-        before = draw(st.sampled_from([None, *mine])) if mine else None
-        author = scorer.author
-        author.seq, author.prev = (before.seq, before.id) if before is not None else (0, None)
-        scorer.now = max(scorer.now, 1000 + at)
-        event = author.sign(body)  # type: ignore[arg-type]
+        before = _before(draw, mine)
+        event = _sign_after(scorer, before, body, 1000 + at)
         mine.append(event)
         events.append(event)
     return events
+
+
+def _before(draw: st.DrawFn, mine: list[Event]) -> Event | None:
+    """The event the next one cites: mostly the last (long chains, unwound far), else any
+    earlier one or none (a second seq 1)."""
+    if mine and draw(st.integers(0, 3)) > 0:
+        return mine[-1]
+    return draw(st.sampled_from([None, *mine]))
+
+
+def _sign_after(feed: Feed, before: Event | None, body: object, ms: int) -> Event:
+    author = feed.author
+    author.seq, author.prev = (before.seq, before.id) if before is not None else (0, None)
+    feed.now = max(feed.now, ms)
+    return author.sign(body)  # type: ignore[arg-type]
 
 
 def _chains(events: list[Event], author: str) -> list[list[Event]]:
@@ -183,3 +195,24 @@ def _first_on_their_chain(events: list[Event], author: str) -> set[str]:
             if earlier is None:
                 first.add(event.id)
     return first
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_forked_decomposers_drafts_are_numbered_along_their_own_chain(data: st.DataObject) -> None:
+    """A draft's number on its node (the first three count) is its place among its author's
+    drafts there on its own chain, whatever the other branches hold."""
+    decomposer, mine = Feed("tree/decomposer", "decomposer"), []
+    for at in range(data.draw(st.integers(1, 30))):
+        body = ProposalBody(node=data.draw(st.sampled_from([NODE, "cd" * 32])), strategy=f"s{at}", subgoals=(
+            Subgoal(title="a", executable=True), Subgoal(title="b", executable=True)))
+        mine.append(_sign_after(decomposer, _before(data.draw, mine), body, 1000 + at))
+    index = FoldIndex(build_feeds(mine))
+    by_id = {e.id: e for e in mine}
+    for event in mine:
+        earlier = by_id.get(event.prev) if event.prev else None
+        number = 1
+        while earlier is not None:
+            number += earlier.body.node == event.body.node
+            earlier = by_id.get(earlier.prev) if earlier.prev else None
+        assert index.draft_number[event.id] == number
