@@ -13,9 +13,11 @@ Each author's events form a tree through ``prev`` (normally one chain: seq 1,
 * **cut**: a link on its chain breaks a rule (a role change, a timestamp that
   does not increase); it and everything after it never count.
 
-**Forks** (two events by one author at one seq, or one citing a predecessor
-other than the one held at that seq: both are signed, so either is proof of
-equivocation) mark the author as an equivocator, with the evidence kept. Both
+**Forks** (two events by one author at one seq: both are signed, so that is
+proof of equivocation) mark the author as an equivocator, with the evidence kept.
+An event citing a predecessor that is not held proves nothing yet: the one it
+cites may be at another seq (a broken link, not a fork), and an author once
+listed as an equivocator must stay listed whatever arrives after. Both
 branches stay in the feed: a decision that counted one branch must never be
 erased because somebody later forked (the quorum sizes, not deletion, are what
 bound an equivocator; see PROTOCOL.md, sections 4-7).
@@ -111,17 +113,13 @@ def build_feeds(events: Iterable[Event]) -> Feeds:
             if head is not None:
                 heads[author] = (head.seq, head.id)
             continue
-        by_id = {e.id: e for e in mine}
         at_seq: dict[int, list[Event]] = defaultdict(list)
         children: dict[str, list[Event]] = defaultdict(list)
         for event in mine:
             at_seq[event.seq].append(event)
             if event.prev is not None:
                 children[event.prev].append(event)
-        fork_seqs = sorted(s for s, group in at_seq.items() if len(group) > 1)
-        for event in mine:  # a predecessor cited that is not the one we hold at that seq
-            if event.prev is not None and event.prev not in by_id and at_seq.get(event.seq - 1):
-                fork_seqs.append(event.seq - 1)
+        fork_seqs = [s for s, group in at_seq.items() if len(group) > 1]
         if fork_seqs:
             equivocators.add(author)
             seq = min(fork_seqs)

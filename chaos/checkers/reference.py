@@ -93,16 +93,12 @@ class Model:
         return cached
 
     def equivocators(self) -> set[str]:
-        """Authors with two events at one seq, or one citing another predecessor than the one held."""
+        """Authors with two events at one seq (an event citing a predecessor not held proves
+        nothing yet: the one it cites may be at another seq, a broken link)."""
         seen: dict[tuple[str, int], set[str]] = defaultdict(set)
         for event in self.all.values():
             seen[(event.author, event.seq)].add(event.id)
-        forked = {author for (author, _), ids in seen.items() if len(ids) > 1}
-        for event in self.all.values():
-            held = seen.get((event.author, event.seq - 1), set())
-            if event.prev is not None and held and event.prev not in held:
-                forked.add(event.author)
-        return forked
+        return {author for (author, _), ids in seen.items() if len(ids) > 1}
 
     # --- the tree (sections 4-7) ----------------------------------------------
 

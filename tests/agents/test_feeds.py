@@ -59,13 +59,23 @@ def test_a_fork_keeps_both_branches_as_evidence_whichever_was_seen_first() -> No
     assert [i.rule for i in build_feeds([a, b, other_b]).issues] == ["fork"]
 
 
-def test_an_event_citing_a_different_predecessor_is_proof_of_a_fork() -> None:
+def test_an_event_citing_a_predecessor_not_held_waits_and_proves_nothing_until_it_comes() -> None:
+    """Until the cited event comes it may be at another seq (a broken link, not a fork): an
+    author listed as an equivocator on that guess could be taken off the list by the event
+    that settles it, and two members holding one set would disagree on who forked."""
     a, b, _ = _chain(3)
     hidden_b = sign_event(DEC, "decomposer", 2, a.id, Timestamp(50, 0), _body("hidden"))
     c_on_hidden = sign_event(DEC, "decomposer", 3, hidden_b.id, Timestamp(60, 0), _body("c"))
     feeds = build_feeds([a, b, c_on_hidden])  # never saw hidden_b itself
     assert set(feeds.accepted) == {a, b} and feeds.pending == (c_on_hidden,)
+    assert not feeds.issues and not feeds.equivocators
+    feeds = build_feeds([a, b, c_on_hidden, hidden_b])  # it was at seq 2: two events there
+    assert set(feeds.accepted) == {a, b, hidden_b, c_on_hidden}
     assert [i.rule for i in feeds.issues] == ["fork"] and feeds.equivocators == {DEC.peer_id}
+    far = sign_event(DEC, "decomposer", 7, "ef" * 32, Timestamp(70, 0), _body("far"))
+    c_on_far = sign_event(DEC, "decomposer", 3, far.id, Timestamp(80, 0), _body("c"))
+    feeds = build_feeds([a, b, c_on_far, far])  # it was at seq 7: a broken link, no fork
+    assert not feeds.equivocators and not feeds.issues and set(feeds.pending) == {far, c_on_far}
 
 
 def test_a_feed_cannot_change_role_or_go_back_in_time() -> None:

@@ -196,9 +196,9 @@ def _plan() -> tuple[Event, Feed, Feed, Feed]:
             Feed("live/decomposer", "decomposer"), Feed("live/executor", "executor"))
 
 
-def test_a_fork_between_waiting_events_is_seen_before_the_gap_fills() -> None:
-    """Seq 4 forked (4a, 4b) and seq 5 citing 4a: with 3 missing, 4b and 5 wait, and still
-    show the fork (5 cites another predecessor than the 4 held)."""
+def test_a_fork_between_waiting_events_is_seen_once_both_its_events_are_held() -> None:
+    """Seq 4 forked (4a, 4b) and seq 5 citing 4a: with 3 and 4a missing, 4b and 5 wait and
+    prove nothing (4a might have been at another seq); once 4a comes, two events at seq 4 do."""
     root, scorer, _, _ = _plan()
     mine = [scorer.at(10 + r, PromiseBody(node=root.id, round=r)) for r in range(2, 5)]  # seqs 1-3
     fourth = scorer.at(20, PromiseBody(node=root.id, round=6))
@@ -206,6 +206,24 @@ def test_a_fork_between_waiting_events_is_seen_before_the_gap_fills() -> None:
     fifth = scorer.at(22, PromiseBody(node=root.id, round=8))
     live = _delivered([root, *mine[:2]], [forked, fifth], [mine[2]], [fourth])
     assert live.tree().equivocators == {scorer.peer_id}
+
+
+def test_an_event_citing_one_not_held_lists_nobody_as_an_equivocator() -> None:
+    """A cut feed (a link back in time at seq 3), then an event at seq 4 citing one not held:
+    a guess at a fork would list its author, and the cited event, at seq 7, would show it was
+    a broken link. A member that got the events in that order listed the author for good,
+    one folding them at once did not."""
+    root, _, decomposer, _ = _plan()
+    who, ticket = decomposer.author.identity, ticket_sig(decomposer.peer_id, "decomposer")
+    body = ProposalBody(node=root.id, strategy="s", subgoals=(
+        Subgoal(title="a", executable=True), Subgoal(title="b", executable=True)))
+    first = sign_event(who, "decomposer", 1, None, Timestamp(10, 0), body, ticket)
+    second = sign_event(who, "decomposer", 2, first.id, Timestamp(11, 0), body, ticket)
+    back = sign_event(who, "decomposer", 3, second.id, Timestamp(9, 0), body, ticket)
+    far = sign_event(who, "decomposer", 7, "ef" * 32, Timestamp(30, 0), body, ticket)
+    on_far = sign_event(who, "decomposer", 4, far.id, Timestamp(20, 0), body, ticket)
+    live = _delivered([root, first, second, back], [on_far], [far])
+    assert not live.tree().equivocators
 
 
 def test_a_link_that_goes_back_in_time_is_cut_when_it_comes() -> None:

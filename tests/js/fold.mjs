@@ -24,7 +24,6 @@ export function buildFeeds (events) {
   const parent = new Map()
   const equivocators = new Set()
   for (const [author, mine] of byAuthor) {
-    const held = new Map(mine.map((e) => [e.id, e]))
     const atSeq = new Map()
     const children = new Map()
     for (const e of mine) {
@@ -32,7 +31,6 @@ export function buildFeeds (events) {
       if (e.prev !== null) push(children, e.prev, e)
     }
     for (const [, group] of atSeq) if (group.length > 1) equivocators.add(author)
-    for (const e of mine) if (e.prev !== null && !held.has(e.prev) && atSeq.has(e.seq - 1)) equivocators.add(author)
     const stack = (atSeq.get(1) || []).filter((e) => e.prev === null)
     for (const e of stack) accepted.set(e.id, e)
     while (stack.length) {
