@@ -93,11 +93,8 @@ def _peak_mb(events: list) -> float:
         tracemalloc.stop()
 
 
-def _one_more(held: list, arriving: list) -> LiveFold:
-    """Print a row: ``held`` and one more event folded from scratch, against a ``LiveFold`` of
-    ``held`` taking ``arriving`` one at a time (the median); returns that ``LiveFold``."""
-    scratch = median_seconds(lambda: fold(held + arriving[:1]))
-    live = LiveFold(held)
+def _each(live: LiveFold, arriving: list) -> list[float]:
+    """Seconds for ``live`` to take each of ``arriving`` and show its tree, one at a time."""
     live.tree()
     times = []
     for event in arriving:
@@ -105,7 +102,15 @@ def _one_more(held: list, arriving: list) -> LiveFold:
         live.add([event])
         live.tree()
         times.append(time.perf_counter() - start)
-    kept = statistics.median(times)
+    return times
+
+
+def _one_more(held: list, arriving: list) -> LiveFold:
+    """Print a row: ``held`` and one more event folded from scratch, against a ``LiveFold`` of
+    ``held`` taking ``arriving`` one at a time (the median); returns that ``LiveFold``."""
+    scratch = median_seconds(lambda: fold(held + arriving[:1]))
+    live = LiveFold(held)
+    kept = statistics.median(_each(live, arriving))
     print(f"| {len(held):,} | {scratch * 1000:.0f} | {kept * 1000:.1f} | {scratch / kept:.0f} |", flush=True)
     return live
 
@@ -140,6 +145,20 @@ def core() -> None:
         fork, after = equivocation([e.id for e in held if e.kind == "proposal"], 50)
         live = _one_more(held + fork, after)
         assert live.scratch_folds == 1 and live.tree().equivocators, "the equivocator's events were not changes"
+    print("\n## an equivocator's next event as its own feed grows, 10,000 held: its feed was made again "
+          "for every batch before it was kept up to date event by event (quadratic in its own events)")
+    print("| its events so far | kept up to date (ms, median of the 50 before) | x an honest event at 10,000 held |")
+    print("|---:|---:|---:|")
+    held = events[:10_000]
+    honest = statistics.median(_each(LiveFold(held), events[10_000:10_050]))
+    fork, after = equivocation([e.id for e in held if e.kind == "proposal"], 6_000)
+    live = LiveFold(held + fork)
+    times = _each(live, after)
+    for mark in (50, 1_000, 3_000, 6_000):
+        kept = statistics.median(times[mark - 50:mark])
+        print(f"| {mark:,} | {kept * 1000:.1f} | {kept / honest:.1f} |", flush=True)
+    assert live.scratch_folds == 1, "the equivocator's events were not changes"
+
     print("\n## a feed forked at every seq (a comb), one admitted scorer on the roster: its promises and "
           "candidates on the root; baseline: as many events on one chain, in the same run")
     print("| events | comb: fold (s) | comb: peak MB | one chain: fold (s) | one chain: peak MB | x the chain's time |")

@@ -4,7 +4,7 @@ Every list here is in feed order, (author, seq, id), whatever order the events c
 ``FoldIndex(feeds)`` builds it from a whole set, ``extend`` adds an author's next
 events in its feed as if they had been there when it was built (``agents.core.livefold``
 checks that they only extend that author's one chain), and ``refeed`` adds those of an author
-whose feed is forked or cut, and reads its chains again.
+whose feed is forked or cut, each read along its own chain.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from bisect import insort
 from collections import defaultdict
 from collections.abc import Iterable
 
-from agents.core.branches import Branches, walk_feed
+import immutables
+
+from agents.core.branches import Branches
 from agents.core.events import (
     AckBody,
     BallotBody,
@@ -58,6 +60,7 @@ class FoldIndex:
         self.candidates: dict[str, list[Event]] = defaultdict(list)  # node -> candidates
         self.first_candidates: set[str] = set()  # its author's first on its chain for its (node, round)
         self._named: set[tuple[str, str, int]] = set()  # (author, node, round) of one-chain authors' candidates
+        self._read: dict[str, immutables.Map] = {}  # an event of a forked or cut feed -> what its chain read
         self.claims: dict[str, list[Event]] = defaultdict(list)  # leaf -> claims
         self.results: dict[str, list[Event]] = defaultdict(list)  # leaf -> results
         self.followups: dict[str, list[Event]] = defaultdict(list)  # claim -> renew/failure
@@ -68,55 +71,13 @@ class FoldIndex:
             by_author[event.author].append(event)
             self._group(event, append=True)
         self.goals.sort(key=lambda e: e.order_key)
+        tangled = feeds.equivocators | {e.author for e in feeds.cut}
         for author, events in by_author.items():
-            if author in feeds.equivocators:
-                self._along_chains(author, walk_feed(feeds, events))
+            if author in tangled:
+                self.refeed(author, sorted(events, key=lambda e: e.seq), grouped=True)
             else:
                 for event in sorted(events, key=lambda e: e.seq):  # one chain
                     self._next_on_chain(event)
-
-    def _along_chains(self, author: str, walk: Iterable[tuple[int, Event]]) -> None:
-        """What the index reads along the chains of an author whose feed is forked (or cut),
-        walking its feed once (``branches.walk_feed``; ``_next_on_chain`` reads one chain): a
-        decomposer's proposals and an executor's results numbered per node or leaf along their
-        chain, a scorer's events on each node or leaf gathered into its ``Branches`` there, the
-        first candidate per (node, round) on each chain. Its ``numbered`` is the highest count
-        on any chain."""
-        count: dict[str, int] = defaultdict(int)  # node -> the author's numbered events on it, on this chain
-        depth_on: dict[str, int] = defaultdict(int)  # node -> the scorer's events on it, on this chain
-        named: set[tuple[str, int]] = set()  # (node, round) of the candidates on this chain
-        # per event on this chain: the count it raised, the depth it raised, the (node, round) it named first
-        undo: list[tuple[str | None, str | None, tuple[str, int] | None]] = []
-        trees = self.scorer_chains[author]
-        for depth, event in walk:
-            while len(undo) > depth:  # back to the branch point: the chain this event is on
-                counted, placed, first = undo.pop()
-                if counted is not None:
-                    count[counted] -= 1
-                if placed is not None:
-                    depth_on[placed] -= 1
-                if first is not None:
-                    named.discard(first)
-            counted = placed = first = None
-            body, role = event.body, event.role  # one role per chain (a role change cuts it), not per author
-            if (role == "decomposer" and isinstance(body, ProposalBody)) or (
-                    role == "executor" and isinstance(body, ResultBody)):
-                counted = target(event)
-                number = count[counted] = count[counted] + 1  # type: ignore[index]
-                (self.draft_number if role == "decomposer" else self.result_number)[event.id] = number
-                key = (author, counted)
-                self.numbered[key] = max(self.numbered.get(key, 0), number)  # type: ignore[arg-type]
-            elif role == "scorer" and isinstance(body, (PromiseBody, BallotBody, AckBody)):
-                placed = target(event)
-                trees[placed].add(event, depth_on[placed])  # type: ignore[index]
-                depth_on[placed] += 1  # type: ignore[index]
-            elif isinstance(body, CandidateBody) and (body.node, body.round) not in named:
-                first = (body.node, body.round)
-                named.add(first)
-                self.first_candidates.add(event.id)
-            undo.append((counted, placed, first))
-        if not trees:
-            del self.scorer_chains[author]
 
     def _group(self, event: Event, append: bool) -> None:
         body = event.body
@@ -165,18 +126,43 @@ class FoldIndex:
             self._named.add(key)  # its author's one chain holds no other for this round
             self.first_candidates.add(event.id)
 
-    def refeed(self, author: str, new: Iterable[Event], feeds: Feeds) -> None:
+    def refeed(self, author: str, new: Iterable[Event], grouped: bool = False) -> None:
         """Add ``new``, events of an author whose feed is not one chain (forked, or cut at a
-        broken link), now in its feed, and read the author's chains again from ``feeds``, a
-        ``build_feeds`` of the author's events alone: a branch may have grown or appeared.
-        Its events already here stay in its feed (an event's place in it depends on its own
-        chain alone, which later events cannot change). ``numbered`` is set again too (the highest count on any chain);
-        only ``extend``, for one-chain authors, reads it."""
+        broken link), now in its feed, each after its predecessor (``grouped``: already added
+        to the lists by ``__init__``). Each is read along its own chain from what its
+        predecessor's chain read (``_along``): the events already here stay as they were read,
+        as an event's place in a feed depends on its own chain alone."""
         for event in new:
-            self.by_id[event.id] = event
-            self._group(event, append=False)
-        self.scorer_chains.pop(author, None)
-        self._along_chains(author, walk_feed(feeds, feeds.accepted))
+            if not grouped:
+                self.by_id[event.id] = event
+                self._group(event, append=False)
+            self._read[event.id] = self._along(author, event, self._read[event.prev] if event.prev else _NOTHING)
+
+    def _along(self, author: str, event: Event, chain: immutables.Map) -> immutables.Map:
+        """Read an event of a forked or cut feed; ``chain`` is what its predecessor's chain
+        read, which it returns grown by the event: the count of the author's proposals (or
+        results) per node, the index in the node's ``Branches`` of its scorer events' last,
+        the (node, round) of its candidates. A persistent map (a hash trie): each event's is
+        its predecessor's with one entry changed, so a feed forked anywhere costs its events,
+        not its chains. ``numbered`` is the highest count on any chain (only ``extend``,
+        for one-chain authors, reads it)."""
+        body, role = event.body, event.role  # one role per chain (a role change cuts it), not per author
+        if (role == "decomposer" and isinstance(body, ProposalBody)) or (
+                role == "executor" and isinstance(body, ResultBody)):
+            node = target(event)
+            number = chain.get(("count", node), 0) + 1
+            (self.draft_number if role == "decomposer" else self.result_number)[event.id] = number
+            key = (author, node)
+            self.numbered[key] = max(self.numbered.get(key, 0), number)  # type: ignore[arg-type]
+            return chain.set(("count", node), number)
+        if role == "scorer" and isinstance(body, (PromiseBody, BallotBody, AckBody)):
+            node = target(event)
+            at = self.scorer_chains[author][node].add(event, chain.get(("last", node), -1))  # type: ignore[index]
+            return chain.set(("last", node), at)
+        if isinstance(body, CandidateBody) and ("named", body.node, body.round) not in chain:
+            self.first_candidates.add(event.id)
+            return chain.set(("named", body.node, body.round), True)
+        return chain
 
     def touched(self, event: Event) -> str | None:
         """The node or leaf whose settling reads ``event``: the one it names, a vote's
@@ -194,6 +180,9 @@ class FoldIndex:
     def chains(self, node: str, roster: tuple[str, ...]) -> dict[str, Branches]:
         """The roster scorers' promises, ballots and acks on ``node``, by scorer."""
         return {s: self.scorer_chains[s][node] for s in roster if node in self.scorer_chains.get(s, {})}
+
+
+_NOTHING: immutables.Map = immutables.Map()
 
 
 def _in_feed_order(events: list[Event], event: Event) -> None:

@@ -20,9 +20,10 @@ applied as a change:
   digest re-hashes per-node records kept encoded.
 
 A new goal grows its tree the same way. An author whose feed is already forked or cut has it
-made again from its own events alone (``build_feeds`` of them), and the events that came into
-it are applied as a change like any other's: a batch of an equivocator that goes on signing
-costs each member work in proportion to that author's own feed, not a whole fold. Anything
+kept up to date event by event (``agents.core.tangle``), and the events that came into it are
+applied as a change like any other's, each read along its own chain (``FoldIndex.refeed``): a
+batch of an equivocator that goes on signing costs each member what an honest author's batch
+costs, not a fold of that author's feed, still less of the set. Anything
 else folds the whole set from scratch, as ``fold`` always did: the fork or broken link that
 first tangles an author (``Chain.extend`` returns None), a split replaced (which only more
 equivocators than a quorum tolerates can do), two goals' trees sharing a node. None of them
@@ -41,9 +42,10 @@ from itertools import chain
 from agents.core.canonical import sha256_hex
 from agents.core.clock import Timestamp
 from agents.core.events import Event, GoalBody, VoteBody
-from agents.core.feeds import Chain, Feeds, build_feeds
+from agents.core.feeds import Chain, build_feeds
 from agents.core.index import FoldIndex
 from agents.core.settle import Settled, Watched, proposal_view, record_act, root_node, settle_node
+from agents.core.tangle import Tangle, issue_key
 from agents.core.tree import (
     ClaimView,
     Goal,
@@ -67,7 +69,7 @@ class LiveFold:
 
     _index: FoldIndex
     _chains: dict[str, Chain]  # authors whose feed is one chain
-    _tangled: dict[str, Feeds]  # authors whose feed is forked or cut -> ``build_feeds`` of their events
+    _tangled: dict[str, Tangle]  # authors whose feed is forked or cut -> their feed, kept up to date
     _goals: list[Goal]
     _goal_by_id: dict[str, Goal]
     _rostered: frozenset[str]  # every goal's scorers
@@ -130,7 +132,7 @@ class LiveFold:
         for event in chain(feeds.accepted, feeds.pending, feeds.cut):
             if event.author in tangled:
                 tangled[event.author].append(event)
-        self._tangled = {author: build_feeds(mine) for author, mine in tangled.items()}
+        self._tangled = {author: Tangle(author, mine) for author, mine in tangled.items()}
         self._chains = defaultdict(Chain)
         for event in chain(feeds.accepted, feeds.pending):
             if event.author not in self._tangled:
@@ -220,7 +222,7 @@ class LiveFold:
         # come in the same batch
         self._index.extend(e for e in grown if e.author not in refed)
         for author, more in refed.items():
-            self._index.refeed(author, more, self._tangled[author])
+            self._index.refeed(author, more)
         self._counted += len(grown)
         dirty: set[str] = set()
         for event in grown:
@@ -233,7 +235,7 @@ class LiveFold:
             dirty.update(self._awaited.pop(event.id, ()))
         for author, more in refed.items():
             if more:  # the role of its last event in its feed, as ``fold`` counts them (two tickets, two roots)
-                self._roles[author] = self._tangled[author].accepted[-1].role
+                self._roles[author] = self._tangled[author].head.role  # type: ignore[union-attr]
         if grown:
             _merge(self._ids, sorted(e.id for e in grown))
         goals = [self._goal(e) for e in grown if isinstance(e.body, GoalBody)]
@@ -262,27 +264,29 @@ class LiveFold:
         return True
 
     def _refeed(self, author: str, mine: list[Event]) -> list[Event]:
-        """Take new events of an author whose feed is forked or cut: its feed made again from
-        its events alone (the cost of its own events, not of the whole set, kept in ``_tangled``);
-        returns its events that came into it. Its issues, heads, pending count and forks are noted
-        here. Only the nodes those events are on settle again, as for any author: how a node
-        reads an author's events there, along each of its chains, depends on the events before
-        them on the same chain alone, and a new event is never before one held (``_walk_chains``
-        reads each event with what is before it on its own chain, ``branches.Branches``: what it
-        finds is keyed by event id, ``entered`` is a maximum and acks a union, so what a new
-        branch adds never changes what was read before). Its feed is made again whole: a batch costs the author's whole feed,
-        which an equivocator signing on and on makes quadratic in its own events, not in the set's."""
-        before = self._tangled[author]
-        feeds = self._tangled[author] = build_feeds(chain(before.accepted, before.pending, before.cut, mine))
-        had = {e.id for e in before.accepted}
-        more = [e for e in feeds.accepted if e.id not in had]
-        self._pending += len(feeds.pending) - len(before.pending)
-        if author in feeds.heads:
-            self._heads[author] = feeds.heads[author]
-        self._equivocators |= feeds.equivocators
-        if feeds.issues != before.issues:
-            self._feed_issues = sorted(chain((i for i in self._feed_issues if i.author != author), feeds.issues),
-                                       key=lambda i: (i.author, i.seq, i.rule, i.detail))
+        """Take new events of an author whose feed is forked or cut (its ``Tangle``); returns
+        those that came into its feed. Its issues, head, pending count and fork are noted here.
+        Only the nodes those events are on settle again, as for any author: how a node reads
+        an author's events there, along each of its chains, depends on the events before them
+        on the same chain alone, and a new event is never before one held (``_walk_chains``
+        reads each event with what is before it on its own chain, ``branches.Branches``: what
+        it finds is keyed by event id, ``entered`` is a maximum and acks a union, so what a new
+        branch adds never changes what was read before). A batch costs its own events, and
+        settling the nodes they are on, as any author's does."""
+        tangle = self._tangled[author]
+        pending, fork = tangle.counts["pending"], tangle.fork_issue
+        more = tangle.add(mine)
+        self._pending += tangle.counts["pending"] - pending
+        if tangle.head is not None:
+            self._heads[author] = (tangle.head.seq, tangle.head.id)
+        if tangle.forked:
+            self._equivocators.add(author)
+        if tangle.fork_issue != fork:  # a fork at a lower seq than the one listed (or the first)
+            if fork is not None:
+                self._feed_issues.remove(fork)
+            insort(self._feed_issues, tangle.fork_issue, key=issue_key)
+        for issue in tangle.new_links:
+            insort(self._feed_issues, issue, key=issue_key)
         return more
 
     # --- nodes --------------------------------------------------------------------------
