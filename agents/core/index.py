@@ -48,7 +48,9 @@ def target(event: Event) -> str | None:
 class FoldIndex:
     """The events in their feeds, grouped by what they refer to; scorers' events along their chains."""
 
-    def __init__(self, feeds: Feeds) -> None:
+    def __init__(self, feeds: Feeds, tangled: frozenset[str] | None = None) -> None:
+        """``tangled``: the authors whose events ``refeed`` will take (by default those whose
+        feed is forked or cut); any other's feed must be one chain."""
         self.by_id: dict[str, Event] = {e.id: e for e in feeds.accepted}
         self.goals: list[Event] = []
         self.proposals: dict[str, list[Event]] = defaultdict(list)  # node -> proposals
@@ -71,7 +73,8 @@ class FoldIndex:
             by_author[event.author].append(event)
             self._group(event, append=True)
         self.goals.sort(key=lambda e: e.order_key)
-        tangled = feeds.equivocators | {e.author for e in feeds.cut}
+        if tangled is None:
+            tangled = feeds.equivocators | {e.author for e in feeds.cut}
         for author, events in by_author.items():
             if author in tangled:
                 self.refeed(author, sorted(events, key=lambda e: e.seq), grouped=True)

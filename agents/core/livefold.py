@@ -127,19 +127,26 @@ class LiveFold:
     def _from_scratch(self) -> None:
         self.scratch_folds += 1
         feeds = build_feeds(self._events.values())
-        index = self._index = FoldIndex(feeds)
-        tangled: dict[str, list[Event]] = {a: [] for a in sorted(feeds.equivocators | {e.author for e in feeds.cut})}
+        forked_or_cut = feeds.equivocators | {e.author for e in feeds.cut}
+        self._chains = defaultdict(Chain)
+        for event in chain(feeds.accepted, feeds.pending):
+            if event.author not in forked_or_cut:
+                self._chains[event.author].hold(event)
+        for author, (seq, _) in feeds.heads.items():
+            if author not in forked_or_cut:
+                self._chains[author].accepted = seq
+        # an author whose held events already stop its chain from growing (one waiting that
+        # cites an event not held, next to the feed's head) would send every batch of its
+        # events to a fold from scratch: its feed is kept as any shape instead
+        stuck = {author for author, held in self._chains.items() if held.extend([]) is None}
+        for author in stuck:
+            del self._chains[author]
+        tangled: dict[str, list[Event]] = {a: [] for a in sorted(forked_or_cut | stuck)}
         for event in chain(feeds.accepted, feeds.pending, feeds.cut):
             if event.author in tangled:
                 tangled[event.author].append(event)
         self._tangled = {author: Tangle(author, mine) for author, mine in tangled.items()}
-        self._chains = defaultdict(Chain)
-        for event in chain(feeds.accepted, feeds.pending):
-            if event.author not in self._tangled:
-                self._chains[event.author].hold(event)
-        for author, (seq, _) in feeds.heads.items():
-            if author not in self._tangled:
-                self._chains[author].accepted = seq
+        index = self._index = FoldIndex(feeds, frozenset(tangled))
         self._feed_issues, self._equivocators = list(feeds.issues), set(feeds.equivocators)
         self._heads = dict(feeds.heads)
         self._counted, self._pending = len(feeds.accepted), len(feeds.pending)
@@ -285,8 +292,12 @@ class LiveFold:
             if fork is not None:
                 self._feed_issues.remove(fork)
             insort(self._feed_issues, tangle.fork_issue, key=issue_key)
-        for issue in tangle.new_links:
-            insort(self._feed_issues, issue, key=issue_key)
+        if len(tangle.new_links) < 16:
+            for issue in tangle.new_links:
+                insort(self._feed_issues, issue, key=issue_key)
+        else:  # many in one pass (timsort merges the two runs), not one insertion each
+            self._feed_issues.extend(tangle.new_links)
+            self._feed_issues.sort(key=issue_key)
         return more
 
     # --- nodes --------------------------------------------------------------------------

@@ -226,6 +226,21 @@ def test_an_event_citing_one_not_held_lists_nobody_as_an_equivocator() -> None:
     assert not live.tree().equivocators
 
 
+def test_an_event_waiting_on_one_never_sent_costs_one_fold_from_scratch_not_one_a_batch() -> None:
+    """After its feed's head, an event citing an id nobody holds: no fork (it proves nothing),
+    no cut, but the author's chain cannot grow past it. Kept as one chain, every later batch of
+    that author's events would fold the whole set again."""
+    root, _, decomposer, _ = _plan()
+    body = ProposalBody(node=root.id, strategy="s", subgoals=(
+        Subgoal(title="a", executable=True), Subgoal(title="b", executable=True)))
+    first = decomposer.at(10, body)
+    who, ticket = decomposer.author.identity, ticket_sig(decomposer.peer_id, "decomposer")
+    stray = sign_event(who, "decomposer", 2, "ab" * 32, Timestamp(20, 0), body, ticket)
+    later = [sign_event(who, "decomposer", 100 + n, "cd" * 32, Timestamp(30 + n, 0), body, ticket) for n in range(4)]
+    live = _delivered([root, first], [stray], *([e] for e in later))
+    assert (live.scratch_folds, live.changes) == (2, 4)
+
+
 def test_a_link_that_goes_back_in_time_is_cut_when_it_comes() -> None:
     root, _, decomposer, _ = _plan()
     first = decomposer.at(10, ProposalBody(node=root.id, strategy="s", subgoals=(
