@@ -45,10 +45,6 @@ class Branches:
         self._order = None
         return len(self.events) - 1
 
-    def grow(self, event: Event) -> int:
-        """Add an event after the last one, on its chain: for a feed that is one chain."""
-        return self.add(event, len(self.events) - 1)
-
     def steps(self) -> list[tuple[int, Event]] | enumerate[Event]:
         """(depth, event), depth first (siblings in id order, so the walk is a function of the
         events, not of the order they came in): before reading an event, a reader undoes what

@@ -50,19 +50,19 @@ class FoldIndex:
 
     def __init__(self, feeds: Feeds, tangled: frozenset[str] | None = None) -> None:
         """``tangled``: the authors whose events ``refeed`` will take (by default those whose
-        feed is forked or cut); any other's feed must be one chain."""
+        feed is forked or cut); any other's feed must be one chain, which ``extend`` grows."""
         self.by_id: dict[str, Event] = {e.id: e for e in feeds.accepted}
         self.goals: list[Event] = []
         self.proposals: dict[str, list[Event]] = defaultdict(list)  # node -> proposals
         self.draft_number: dict[str, int] = {}  # proposal -> its number among its author's on the node
         self.result_number: dict[str, int] = {}  # result -> its number among its author's on the leaf
-        self.numbered: dict[tuple[str, str], int] = {}  # (author, node or leaf) -> how many numbered there
         self.votes: dict[str, dict[str, Event]] = defaultdict(dict)  # proposal -> scorer -> vote
         self.voters: dict[str, set[str]] = defaultdict(set)
         self.candidates: dict[str, list[Event]] = defaultdict(list)  # node -> candidates
         self.first_candidates: set[str] = set()  # its author's first on its chain for its (node, round)
-        self._named: set[tuple[str, str, int]] = set()  # (author, node, round) of one-chain authors' candidates
-        self._read: dict[str, immutables.Map] = {}  # an event of a forked or cut feed -> what its chain read
+        # what the chain up to an event read (``_along``): for every event of a forked or cut
+        # feed, for only the last of one that is one chain
+        self._read: dict[str, immutables.Map] = {}
         self.claims: dict[str, list[Event]] = defaultdict(list)  # leaf -> claims
         self.results: dict[str, list[Event]] = defaultdict(list)  # leaf -> results
         self.followups: dict[str, list[Event]] = defaultdict(list)  # claim -> renew/failure
@@ -75,12 +75,8 @@ class FoldIndex:
         self.goals.sort(key=lambda e: e.order_key)
         if tangled is None:
             tangled = feeds.equivocators | {e.author for e in feeds.cut}
-        for author, events in by_author.items():
-            if author in tangled:
-                self.refeed(author, sorted(events, key=lambda e: e.seq), grouped=True)
-            else:
-                for event in sorted(events, key=lambda e: e.seq):  # one chain
-                    self._next_on_chain(event)
+        for author, events in by_author.items():  # in seq order: each after its predecessor
+            self._read_along(sorted(events, key=lambda e: e.seq), keep=author in tangled)
 
     def _group(self, event: Event, append: bool) -> None:
         body = event.body
@@ -109,58 +105,52 @@ class FoldIndex:
     def extend(self, events: Iterable[Event]) -> None:
         """Add an author's next events in its feed, in seq order: the feed's one chain (no
         fork, no broken link) grows by them."""
+        events = list(events)
+        self._group_all(events)
+        self._read_along(events, keep=False)
+
+    def refeed(self, events: Iterable[Event]) -> None:
+        """Add events of an author whose feed is not one chain (forked, or cut at a broken
+        link), now in its feed, each after its predecessor: each is read along its own chain
+        from what its predecessor's chain read; the events already here stay as they were
+        read, as an event's place in a feed depends on its own chain alone."""
+        events = list(events)
+        self._group_all(events)
+        self._read_along(events, keep=True)
+
+    def _group_all(self, events: Iterable[Event]) -> None:
         for event in events:
             self.by_id[event.id] = event
             self._group(event, append=False)
-            self._next_on_chain(event)
 
-    def _next_on_chain(self, event: Event) -> None:
-        """Read the next event of an author whose feed is one chain: numbered, its scorer
-        events grown, a candidate first for its round when its author named none before."""
-        body, role = event.body, event.role
-        if (role == "decomposer" and isinstance(body, ProposalBody)) or (
-                role == "executor" and isinstance(body, ResultBody)):
-            key = (event.author, target(event))
-            number = self.numbered[key] = self.numbered.get(key, 0) + 1  # type: ignore[index]
-            (self.draft_number if role == "decomposer" else self.result_number)[event.id] = number
-        elif role == "scorer" and isinstance(body, (PromiseBody, BallotBody, AckBody)):
-            self.scorer_chains[event.author][target(event)].grow(event)  # type: ignore[index]
-        elif isinstance(body, CandidateBody) and (key := (event.author, body.node, body.round)) not in self._named:
-            self._named.add(key)  # its author's one chain holds no other for this round
-            self.first_candidates.add(event.id)
+    def _read_along(self, events: Iterable[Event], keep: bool) -> None:
+        """Read each event from what its predecessor's chain read (``_along``); ``keep``: what
+        every event's chain read stays (a forked feed may go on after any of them), else only
+        the last event's (one chain grows from its head alone)."""
+        read = self._read
+        for event in events:
+            if event.prev is None:
+                chain = _NOTHING
+            else:
+                chain = read[event.prev] if keep else read.pop(event.prev)
+            read[event.id] = self._along(event, chain)
 
-    def refeed(self, author: str, new: Iterable[Event], grouped: bool = False) -> None:
-        """Add ``new``, events of an author whose feed is not one chain (forked, or cut at a
-        broken link), now in its feed, each after its predecessor (``grouped``: already added
-        to the lists by ``__init__``). Each is read along its own chain from what its
-        predecessor's chain read (``_along``): the events already here stay as they were read,
-        as an event's place in a feed depends on its own chain alone."""
-        for event in new:
-            if not grouped:
-                self.by_id[event.id] = event
-                self._group(event, append=False)
-            self._read[event.id] = self._along(author, event, self._read[event.prev] if event.prev else _NOTHING)
-
-    def _along(self, author: str, event: Event, chain: immutables.Map) -> immutables.Map:
-        """Read an event of a forked or cut feed; ``chain`` is what its predecessor's chain
-        read, which it returns grown by the event: the count of the author's proposals (or
-        results) per node, the index in the node's ``Branches`` of its scorer events' last,
-        the (node, round) of its candidates. A persistent map (a hash trie): each event's is
-        its predecessor's with one entry changed, so a feed forked anywhere costs its events,
-        not its chains. ``numbered`` is the highest count on any chain (only ``extend``,
-        for one-chain authors, reads it)."""
+    def _along(self, event: Event, chain: immutables.Map) -> immutables.Map:
+        """Read an event; ``chain`` is what its predecessor's chain read, which it returns
+        grown by the event: the count of the author's proposals (or results) per node, the
+        index in the node's ``Branches`` of its scorer events' last, the (node, round) of its
+        candidates. A persistent map (a hash trie): each event's is its predecessor's with one
+        entry changed, so a feed forked anywhere costs its events, not its chains."""
         body, role = event.body, event.role  # one role per chain (a role change cuts it), not per author
         if (role == "decomposer" and isinstance(body, ProposalBody)) or (
                 role == "executor" and isinstance(body, ResultBody)):
             node = target(event)
             number = chain.get(("count", node), 0) + 1
             (self.draft_number if role == "decomposer" else self.result_number)[event.id] = number
-            key = (author, node)
-            self.numbered[key] = max(self.numbered.get(key, 0), number)  # type: ignore[arg-type]
             return chain.set(("count", node), number)
         if role == "scorer" and isinstance(body, (PromiseBody, BallotBody, AckBody)):
             node = target(event)
-            at = self.scorer_chains[author][node].add(event, chain.get(("last", node), -1))  # type: ignore[index]
+            at = self.scorer_chains[event.author][node].add(event, chain.get(("last", node), -1))  # type: ignore[index]
             return chain.set(("last", node), at)
         if isinstance(body, CandidateBody) and ("named", body.node, body.round) not in chain:
             self.first_candidates.add(event.id)

@@ -228,8 +228,8 @@ class LiveFold:
         # the whole batch is indexed before ``touched`` reads the index: a vote's proposal may
         # come in the same batch
         self._index.extend(e for e in grown if e.author not in refed)
-        for author, more in refed.items():
-            self._index.refeed(author, more)
+        for more in refed.values():
+            self._index.refeed(more)
         self._counted += len(grown)
         dirty: set[str] = set()
         for event in grown:
