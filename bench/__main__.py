@@ -145,6 +145,26 @@ def core() -> None:
         fork, after = equivocation([e.id for e in held if e.kind == "proposal"], 50)
         live = _one_more(held + fork, after)
         assert live.scratch_folds == 1 and live.tree().equivocators, "the equivocator's events were not changes"
+    print("\n## an admitted key's first fork, N held: a scorer signs 1,000 votes on one chain, then a second "
+          "event at seq 1; that batch was a fold from scratch before the feed was kept apart (``_untangle``)")
+    print("| events held | from scratch (ms) | as a change (ms, median of 3) | x faster |")
+    print("|---:|---:|---:|---:|")
+    for size in (1_000, 10_000, 100_000):
+        held = events[:size]
+        (first, other), after = equivocation([e.id for e in held if e.kind == "proposal"], 1_000)
+        before = [*held, first, *after]
+        scratch = median_seconds(lambda before=before, other=other: fold([*before, other]))
+        changes = []
+        for _ in range(REPEATS):
+            live = LiveFold(before)
+            live.tree()
+            start = time.perf_counter()
+            live.add([other])
+            forked = live.tree()
+            changes.append(time.perf_counter() - start)
+            assert live.scratch_folds == 1 and forked.equivocators, "the fork was not a change"
+        kept = statistics.median(changes)
+        print(f"| {size:,} | {scratch * 1000:.0f} | {kept * 1000:.1f} | {scratch / kept:.0f} |", flush=True)
     print("\n## an equivocator's next event as its own feed grows, 10,000 held: its feed was made again "
           "for every batch before it was kept up to date event by event (quadratic in its own events)")
     print("| its events so far | kept up to date (ms, median of the 50 before) | x an honest event at 10,000 held |")

@@ -174,7 +174,8 @@ def build_feeds(events: Iterable[Event]) -> Feeds:
 class Chain:
     """An author's feed while it is one chain (no fork, no broken link): its events by seq, how
     many are in the feed, and who cites whom. ``agents.core.livefold`` extends it event by
-    event and folds from scratch whenever ``extend`` says it stopped being one."""
+    event, and keeps the feed as a ``tangle.Tangle`` from the batch ``extend`` says made it
+    something else."""
 
     at: dict[int, Event] = field(default_factory=dict)  # seq -> the author's one event there
     accepted: int = 0  # seqs 1..accepted are in the feed; the others wait for a gap to fill
@@ -195,8 +196,9 @@ class Chain:
         longer be one chain as ``build_feeds`` sees it: a second event at a seq, two citing
         one predecessor, one citing another than the event held before it (a fork, or a
         link that ``build_feeds`` cuts once it reaches it), a ``prev`` held at another seq,
-        or a link that breaks ``link_rule`` (a cut). The chain is then unusable: fold from
-        scratch, which tells which."""
+        or a link that breaks ``link_rule`` (a cut). The chain is then unusable, some of
+        ``new`` held and ``accepted`` maybe moved: a ``Tangle`` of what it held before tells
+        which (``LiveFold._untangle``)."""
         for event in new:
             if event.seq in self.at or (event.prev is not None and event.prev in self.cited):
                 return None

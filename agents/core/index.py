@@ -4,7 +4,8 @@ Every list here is in feed order, (author, seq, id), whatever order the events c
 ``FoldIndex(feeds)`` builds it from a whole set, ``extend`` adds an author's next
 events in its feed as if they had been there when it was built (``agents.core.livefold``
 checks that they only extend that author's one chain), and ``refeed`` adds those of an author
-whose feed is forked or cut, each read along its own chain.
+whose feed is forked or cut, each read along its own chain (``untangle_reads`` first, when the
+feed was one chain until then).
 """
 
 from __future__ import annotations
@@ -48,9 +49,10 @@ def target(event: Event) -> str | None:
 class FoldIndex:
     """The events in their feeds, grouped by what they refer to; scorers' events along their chains."""
 
-    def __init__(self, feeds: Feeds, tangled: frozenset[str] | None = None) -> None:
-        """``tangled``: the authors whose events ``refeed`` will take (by default those whose
-        feed is forked or cut); any other's feed must be one chain, which ``extend`` grows."""
+    def __init__(self, feeds: Feeds) -> None:
+        """An author whose feed is forked or cut has every event's reading kept, for ``refeed``;
+        any other's feed must be one chain, which ``extend`` grows (or ``untangle_reads`` turns
+        into one that ``refeed`` takes)."""
         self.by_id: dict[str, Event] = {e.id: e for e in feeds.accepted}
         self.goals: list[Event] = []
         self.proposals: dict[str, list[Event]] = defaultdict(list)  # node -> proposals
@@ -73,8 +75,7 @@ class FoldIndex:
             by_author[event.author].append(event)
             self._group(event, append=True)
         self.goals.sort(key=lambda e: e.order_key)
-        if tangled is None:
-            tangled = feeds.equivocators | {e.author for e in feeds.cut}
+        tangled = feeds.equivocators | {e.author for e in feeds.cut}
         for author, events in by_author.items():  # in seq order: each after its predecessor
             self._read_along(sorted(events, key=lambda e: e.seq), keep=author in tangled)
 
@@ -110,13 +111,28 @@ class FoldIndex:
         self._read_along(events, keep=False)
 
     def refeed(self, events: Iterable[Event]) -> None:
-        """Add events of an author whose feed is not one chain (forked, or cut at a broken
-        link), now in its feed, each after its predecessor: each is read along its own chain
+        """Add events of an author whose feed is not one chain (forked, cut at a broken link,
+        or past an event waiting on one nobody holds), now in its feed, each after its predecessor: each is read along its own chain
         from what its predecessor's chain read; the events already here stay as they were
         read, as an event's place in a feed depends on its own chain alone."""
         events = list(events)
         self._group_all(events)
         self._read_along(events, keep=True)
+
+    def untangle_reads(self, events: Iterable[Event]) -> bool:
+        """An author's feed was one chain (``extend``: only its head's reading kept) and is now
+        read as a feed of any shape (``refeed``), which may go on after any of its events: what
+        the chain up to each of them read is made again, as ``refeed`` would have kept it.
+        ``events``: that chain, from seq 1, every one already here. False, the index then
+        unusable, should one not be where that chain put it (never seen: a fold from scratch
+        is right whatever happened)."""
+        chain = _NOTHING
+        try:
+            for event in events:
+                chain = self._read[event.id] = self._along(event, chain, again=True)
+        except _ReadElsewhere:
+            return False
+        return True
 
     def _group_all(self, events: Iterable[Event]) -> None:
         for event in events:
@@ -135,12 +151,14 @@ class FoldIndex:
                 chain = read[event.prev] if keep else read.pop(event.prev)
             read[event.id] = self._along(event, chain)
 
-    def _along(self, event: Event, chain: immutables.Map) -> immutables.Map:
+    def _along(self, event: Event, chain: immutables.Map, again: bool = False) -> immutables.Map:
         """Read an event; ``chain`` is what its predecessor's chain read, which it returns
         grown by the event: the count of the author's proposals (or results) per node, the
         index in the node's ``Branches`` of its scorer events' last, the (node, round) of its
         candidates. A persistent map (a hash trie): each event's is its predecessor's with one
-        entry changed, so a feed forked anywhere costs its events, not its chains."""
+        entry changed, so a feed forked anywhere costs its events, not its chains. ``again``:
+        the event was read before, along the one chain its author's feed then was, so it is in
+        its ``Branches`` already, right after the one before it (what it finds is the same)."""
         body, role = event.body, event.role  # one role per chain (a role change cuts it), not per author
         if (role == "decomposer" and isinstance(body, ProposalBody)) or (
                 role == "executor" and isinstance(body, ResultBody)):
@@ -150,8 +168,13 @@ class FoldIndex:
             return chain.set(("count", node), number)
         if role == "scorer" and isinstance(body, (PromiseBody, BallotBody, AckBody)):
             node = target(event)
-            at = self.scorer_chains[event.author][node].add(event, chain.get(("last", node), -1))  # type: ignore[index]
-            return chain.set(("last", node), at)
+            before = chain.get(("last", node), -1)
+            branches = self.scorer_chains[event.author][node]  # type: ignore[index]
+            if not again:
+                return chain.set(("last", node), branches.add(event, before))
+            if before + 1 >= len(branches) or branches.events[before + 1] is not event:
+                raise _ReadElsewhere
+            return chain.set(("last", node), before + 1)
         if isinstance(body, CandidateBody) and ("named", body.node, body.round) not in chain:
             self.first_candidates.add(event.id)
             return chain.set(("named", body.node, body.round), True)
@@ -176,6 +199,10 @@ class FoldIndex:
 
 
 _NOTHING: immutables.Map = immutables.Map()
+
+
+class _ReadElsewhere(Exception):
+    """An event read again is not where its one chain put it in its ``Branches``."""
 
 
 def _in_feed_order(events: list[Event], event: Event) -> None:

@@ -7,9 +7,7 @@ A member folded its whole set again for each batch that gossip or a pull brought
 and ``tests/agents/test_livefold.py`` checks every batch of random delivery orders of
 adversarial sets against a fold of the same events from scratch.
 
-A batch in which each author's new events extend its one chain (``feeds.Chain``: no second
-event at a seq, none citing another predecessor than the one held, no broken link) is
-applied as a change:
+A batch is applied as a change:
 
 * the events it completes (``Feeds.accepted`` grows by them, pending ones whose gap it
   fills included) go into the index (``FoldIndex.extend``);
@@ -19,16 +17,18 @@ applied as a change:
 * a newly accepted split grows its subtree, the roll-up climbs from what changed, and the
   digest re-hashes per-node records kept encoded.
 
-A new goal grows its tree the same way. An author whose feed is already forked or cut has it
-kept up to date event by event (``agents.core.tangle``), and the events that came into it are
-applied as a change like any other's, each read along its own chain (``FoldIndex.refeed``): a
-batch of an equivocator that goes on signing costs each member what an honest author's batch
-costs, not a fold of that author's feed, still less of the set. Anything
-else folds the whole set from scratch, as ``fold`` always did: the fork or broken link that
-first tangles an author (``Chain.extend`` returns None), a split replaced (which only more
-equivocators than a quorum tolerates can do), two goals' trees sharing a node. None of them
-happens in an honest swarm. Either way the tree is a function of the set alone, never of the
-batches it came in.
+A new goal grows its tree the same way. An author's feed is kept as one chain
+(``feeds.Chain``) while it is one: no second event at a seq, none citing another predecessor
+than the one held, no broken link. From the batch that makes it anything else (a fork, a cut,
+an event that cannot join the chain: ``Chain.extend`` returns None) it is kept up to date event
+by event whatever its shape (``agents.core.tangle``; ``_untangle``), and the events that come
+into it are applied as a change like any other's, each read along its own chain
+(``FoldIndex.refeed``): an admitted key that forks, and goes on signing on every branch, costs
+each member what an honest author's events cost, not a fold of its feed, still less of the
+set. Past the first fold, only two things fold the whole set from scratch, as ``fold`` always
+did: a split replaced (which only more equivocators than a quorum tolerates can do), and two
+goals' trees sharing a node. Neither happens in an honest swarm. Either way the tree is a function of the
+set alone, never of the batches it came in.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class LiveFold:
 
     _index: FoldIndex
     _chains: dict[str, Chain]  # authors whose feed is one chain
-    _tangled: dict[str, Tangle]  # authors whose feed is forked or cut -> their feed, kept up to date
+    _tangled: dict[str, Tangle]  # authors whose feed is not one chain -> their feed, kept up to date
     _goals: list[Goal]
     _goal_by_id: dict[str, Goal]
     _rostered: frozenset[str]  # every goal's scorers
@@ -135,18 +135,12 @@ class LiveFold:
         for author, (seq, _) in feeds.heads.items():
             if author not in forked_or_cut:
                 self._chains[author].accepted = seq
-        # an author whose held events already stop its chain from growing (one waiting that
-        # cites an event not held, next to the feed's head) would send every batch of its
-        # events to a fold from scratch: its feed is kept as any shape instead
-        stuck = {author for author, held in self._chains.items() if held.extend([]) is None}
-        for author in stuck:
-            del self._chains[author]
-        tangled: dict[str, list[Event]] = {a: [] for a in sorted(forked_or_cut | stuck)}
+        tangled: dict[str, list[Event]] = {a: [] for a in sorted(forked_or_cut)}
         for event in chain(feeds.accepted, feeds.pending, feeds.cut):
             if event.author in tangled:
                 tangled[event.author].append(event)
         self._tangled = {author: Tangle(author, mine) for author, mine in tangled.items()}
-        index = self._index = FoldIndex(feeds, frozenset(tangled))
+        index = self._index = FoldIndex(feeds)
         self._feed_issues, self._equivocators = list(feeds.issues), set(feeds.equivocators)
         self._heads = dict(feeds.heads)
         self._counted, self._pending = len(feeds.accepted), len(feeds.pending)
@@ -214,17 +208,20 @@ class LiveFold:
         grown: list[Event] = []
         refed: dict[str, list[Event]] = {}  # tangled author -> its events new in its feed
         for author, mine in by_author.items():
-            if author in self._tangled:
-                refed[author] = self._refeed(author, mine)
-                grown.extend(refed[author])
-                continue
-            more = self._chains[author].extend(mine)
-            if more is None:
-                return False
-            grown.extend(more)
-            self._pending += len(mine) - len(more)
-            if more:
-                self._heads[author] = (more[-1].seq, more[-1].id)
+            if author not in self._tangled:
+                held = self._chains[author]
+                accepted = held.accepted
+                more = held.extend(mine)
+                if more is not None:
+                    grown.extend(more)
+                    self._pending += len(mine) - len(more)
+                    if more:
+                        self._heads[author] = (more[-1].seq, more[-1].id)
+                    continue
+                if not self._untangle(author, held, accepted, mine):  # then taken in as a tangled author's
+                    return False
+            refed[author] = self._refeed(author, mine)
+            grown.extend(refed[author])
         # the whole batch is indexed before ``touched`` reads the index: a vote's proposal may
         # come in the same batch
         self._index.extend(e for e in grown if e.author not in refed)
@@ -270,8 +267,25 @@ class LiveFold:
         self._roll_up(changed)
         return True
 
+    def _untangle(self, author: str, held: Chain, accepted: int, mine: list[Event]) -> bool:
+        """``mine`` stops ``author``'s feed from being one chain (a fork, a broken link, one
+        citing an event nobody holds next to its head: ``Chain.extend`` returned None, leaving
+        ``held`` half-grown): from now on its feed is kept as any shape, a ``Tangle`` of what it
+        held before ``mine`` (seqs 1 to ``accepted`` in the feed, the rest waiting), and each
+        of its events in the index is read as a tangled author's are, from its predecessor's
+        chain. Its batch, and every later one, is then a change like any other's: a key that
+        forks costs a member its own events, not a fold of the whole set. False (a fold from
+        scratch, right whatever happened) should what it held not place as the chain did."""
+        del self._chains[author]
+        new = {event.id for event in mine}
+        before = [event for event in held.at.values() if event.id not in new]
+        tangle = self._tangled[author] = Tangle(author, before)
+        if tangle.counts != {"in": accepted, "cut": 0, "pending": len(before) - accepted}:
+            return False
+        return self._index.untangle_reads(held.at[seq] for seq in range(1, accepted + 1))
+
     def _refeed(self, author: str, mine: list[Event]) -> list[Event]:
-        """Take new events of an author whose feed is forked or cut (its ``Tangle``); returns
+        """Take new events of an author whose feed is not one chain (its ``Tangle``); returns
         those that came into its feed. Its issues, head, pending count and fork are noted here.
         Only the nodes those events are on settle again, as for any author: how a node reads
         an author's events there, along each of its chains, depends on the events before them

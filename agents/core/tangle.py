@@ -2,8 +2,9 @@
 of the author's events gives, at every moment, for the cost of the events added.
 
 ``agents.core.livefold`` keeps a ``Tangle`` for each author whose feed is forked or cut (an
-equivocator, or a broken link); an author whose feed is one chain needs only
-``feeds.Chain``. Making the feed again from all the author's events at every batch cost an
+equivocator, or a broken link), or that stopped being one chain as ``feeds.Chain`` keeps it
+(an event waiting on one nobody holds, next to the feed's head); an author whose feed is one
+chain needs only ``feeds.Chain``. Making the feed again from all the author's events at every batch cost an
 equivocator's whole feed per event it signed: quadratic in its events, which one admitted key
 could choose to sign at will.
 
