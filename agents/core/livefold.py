@@ -444,9 +444,9 @@ class LiveFold:
             acts=SortedMap(dict(self._acts)),
             ignored=sum(n for a, n in self._scorer_events.items() if a not in self._rostered),
         )
-        counted = events_hash(self._ids, presorted=True)
-        digest = digest_of(counted, (g.id for g in self._goals), self._records.values())
-        return replace(tree, digest=sha256_hex(digest))
+        # what the digest hashes, as it is now: ``_ids`` is merged into in place, ``_records`` too
+        ids, goals, records = list(self._ids), tuple(g.id for g in self._goals), tuple(self._records.values())
+        return replace(tree, hash_digest=lambda: sha256_hex(digest_of(events_hash(ids, presorted=True), goals, records)))
 
 
 def _merge(ordered: list[str], more: list[str]) -> None:
