@@ -15,7 +15,8 @@ A batch is applied as a change:
   events on it, and the ones its candidates, promises and certificates cite, which
   ``settle.Watched`` notes when it lacks them, so that their arrival settles the node again;
 * a newly accepted split grows its subtree, the roll-up climbs from what changed, and the
-  digest re-hashes per-node records kept encoded.
+  nodes that changed are encoded again as the digest's records (the digest itself is hashed
+  from them when a tree's is first read: ``PlanTree.digest``).
 
 A new goal grows its tree the same way. An author's feed is kept as one chain
 (``feeds.Chain``) while it is one: no second event at a seq, none citing another predecessor
@@ -37,6 +38,7 @@ from bisect import insort
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
+from functools import partial
 from itertools import chain
 
 from agents.core.canonical import sha256_hex
@@ -422,7 +424,9 @@ class LiveFold:
         issues = list(self._feed_issues)
         if self._breaching:
             issues.extend(b for n in walk for b in self._settled[n].breaches)
-        tree = PlanTree(
+        # what the digest hashes, as it is now: ``_ids`` is merged into in place, ``_records`` too
+        snapshot = (list(self._ids), tuple(g.id for g in self._goals), tuple(self._records.values()))
+        return PlanTree(
             goals=tuple(self._goals),
             nodes=dict(self._shown),
             proposals=SortedMap(dict(self._proposals)),
@@ -443,10 +447,14 @@ class LiveFold:
             certificates=SortedMap(dict(self._certificates)),
             acts=SortedMap(dict(self._acts)),
             ignored=sum(n for a, n in self._scorer_events.items() if a not in self._rostered),
+            hash_digest=partial(_hashed, *snapshot),
         )
-        # what the digest hashes, as it is now: ``_ids`` is merged into in place, ``_records`` too
-        ids, goals, records = list(self._ids), tuple(g.id for g in self._goals), tuple(self._records.values())
-        return replace(tree, hash_digest=lambda: sha256_hex(digest_of(events_hash(ids, presorted=True), goals, records)))
+
+
+def _hashed(ids: list[str], goal_ids: tuple[str, ...], records: tuple[bytes, ...]) -> str:
+    """A tree's digest from what ``_publish`` kept of the fold (a function, not a closure: a
+    tree can be pickled)."""
+    return sha256_hex(digest_of(events_hash(ids, presorted=True), goal_ids, records))
 
 
 def _merge(ordered: list[str], more: list[str]) -> None:

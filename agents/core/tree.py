@@ -198,8 +198,10 @@ class PlanTree:
 
     ``digest`` is hashed when first read, from what ``hash_digest`` was given: a member folds a
     tree per batch it takes, and hashing every event id held for each was most of what a
-    gossiped event cost at 100k events (40 of 47 ms), for a digest shown only on request and
-    when the plan completes. Two trees are equal when their fields and digests are.
+    gossiped event cost at 100k events (40 of 47 ms), for a digest read only when the plan
+    turns complete (or incomplete), when a tree is shown (``swarm plan``, ``observe``), and by
+    an observer's web view, at most once per tree and four times a second. Two trees are equal
+    when their fields and digests are.
     """
 
     goals: tuple[Goal, ...]
