@@ -364,7 +364,7 @@ def test_a_fold_that_fails_half_way_is_folded_from_scratch_next_time(monkeypatch
 def test_a_trees_digest_is_hashed_when_read_and_is_its_own_whatever_came_after() -> None:
     """A tree's digest is hashed when first read (most trees a member folds are never shown
     with one), from what the fold held when it made the tree: events and changes folded after
-    it leave it alone, however late it is read."""
+    it leave it alone, however late it is read. What it hashed is let go once it is."""
     log = list(plan_log(1, branch=2, depth=2, executors=2))
     half = len(log) // 2
     live = LiveFold(log[:half])
@@ -373,3 +373,4 @@ def test_a_trees_digest_is_hashed_when_read_and_is_its_own_whatever_came_after()
     second = live.tree()
     assert "digest" not in first.__dict__ and "digest" not in second.__dict__, "hashed before it was read"
     assert first.digest == from_scratch(log[:half]).digest != second.digest == from_scratch(log).digest
+    assert first.hash_digest() == second.hash_digest() == "", "what a digest hashed is kept once it is read"
