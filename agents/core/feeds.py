@@ -52,6 +52,11 @@ class Feeds:
     heads: dict[str, tuple[int, str]]  # author -> (seq, id) of its latest event in the feed
     parent: dict[str, str]  # event id -> id of its predecessor in the feed (for events past seq 1)
 
+    @property
+    def forked_or_cut(self) -> frozenset[str]:
+        """The authors whose feed is not one chain: equivocators, and those with a broken link."""
+        return self.equivocators | {e.author for e in self.cut}
+
 
 def link_rule(event: Event, before: Event) -> tuple[str, str] | None:
     """(rule, detail) when ``event`` cannot follow ``before`` in a feed."""

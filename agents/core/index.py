@@ -75,7 +75,7 @@ class FoldIndex:
             by_author[event.author].append(event)
             self._group(event, append=True)
         self.goals.sort(key=lambda e: e.order_key)
-        tangled = feeds.equivocators | {e.author for e in feeds.cut}
+        tangled = feeds.forked_or_cut
         for author, events in by_author.items():  # in seq order: each after its predecessor
             self._read_along(sorted(events, key=lambda e: e.seq), keep=author in tangled)
 
@@ -112,9 +112,10 @@ class FoldIndex:
 
     def refeed(self, events: Iterable[Event]) -> None:
         """Add events of an author whose feed is not one chain (forked, cut at a broken link,
-        or past an event waiting on one nobody holds), now in its feed, each after its predecessor: each is read along its own chain
-        from what its predecessor's chain read; the events already here stay as they were
-        read, as an event's place in a feed depends on its own chain alone."""
+        or past an event waiting on one nobody holds), now in its feed, each after its
+        predecessor: each is read along its own chain from what its predecessor's chain read;
+        the events already here stay as they were read, as an event's place in a feed depends
+        on its own chain alone."""
         events = list(events)
         self._group_all(events)
         self._read_along(events, keep=True)

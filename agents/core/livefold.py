@@ -36,10 +36,11 @@ from __future__ import annotations
 
 from bisect import insort
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import partial
 from itertools import chain
+from typing import Any, TypeVar
 
 from agents.core.canonical import sha256_hex
 from agents.core.clock import Timestamp
@@ -62,6 +63,8 @@ from agents.core.tree import (
     events_hash,
     node_record,
 )
+
+T = TypeVar("T")
 
 
 class LiveFold:
@@ -129,7 +132,7 @@ class LiveFold:
     def _from_scratch(self) -> None:
         self.scratch_folds += 1
         feeds = build_feeds(self._events.values())
-        forked_or_cut = feeds.equivocators | {e.author for e in feeds.cut}
+        forked_or_cut = feeds.forked_or_cut
         self._chains = defaultdict(Chain)
         for event in chain(feeds.accepted, feeds.pending):
             if event.author not in forked_or_cut:
@@ -308,12 +311,7 @@ class LiveFold:
             if fork is not None:
                 self._feed_issues.remove(fork)
             insort(self._feed_issues, tangle.fork_issue, key=issue_key)
-        if len(tangle.new_links) < 16:
-            for issue in tangle.new_links:
-                insort(self._feed_issues, issue, key=issue_key)
-        else:  # many in one pass (timsort merges the two runs), not one insertion each
-            self._feed_issues.extend(tangle.new_links)
-            self._feed_issues.sort(key=issue_key)
+        _merge(self._feed_issues, tangle.new_links, key=issue_key)
         return more
 
     # --- nodes --------------------------------------------------------------------------
@@ -457,12 +455,12 @@ def _hashed(ids: list[str], goal_ids: tuple[str, ...], records: tuple[bytes, ...
     return sha256_hex(digest_of(events_hash(ids, presorted=True), goal_ids, records))
 
 
-def _merge(ordered: list[str], more: list[str]) -> None:
-    """Put sorted ``more`` into sorted ``ordered``: a few one by one, many in one pass (timsort
-    merges the two runs)."""
+def _merge(ordered: list[T], more: list[T], key: Callable[[T], Any] | None = None) -> None:
+    """Put ``more`` into ``ordered``, sorted by ``key``: a few one by one, many in one pass
+    (timsort merges the two runs when ``more`` is sorted too)."""
     if len(more) < 16:
         for item in more:
-            insort(ordered, item)
+            insort(ordered, item, key=key)
     else:
         ordered.extend(more)
-        ordered.sort()
+        ordered.sort(key=key)
